@@ -1,0 +1,517 @@
+package sluice
+
+import (
+	"sync"
+	"syscall"
+
+	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/iolock"
+	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/pagecache"
+)
+
+// Buffered I/O through the page cache (seeds 003 and 004). See the
+// pagecache package for page states and waiters.
+
+// pageRange returns the indexes of the first and last pages that hold
+// bytes of [off, end) (end > off).
+func (in *inode) pageRange(off, end int64) (first, last uint64) {
+	ps := int64(in.fs.cache.PageSize())
+	if end <= off {
+		end = off + 1
+	}
+	return uint64(off / ps), uint64((end - 1) / ps)
+}
+
+// pageLen returns how many bytes of page idx lie below EOF size (the NFS
+// client's nfs_folio_length): 0 for a page wholly past EOF.
+func (in *inode) pageLen(idx uint64, size int64) int {
+	ps := int64(in.fs.cache.PageSize())
+	start := int64(idx) * ps
+	if size <= start {
+		return 0
+	}
+	return int(min(ps, size-start))
+}
+
+// needReadBeforeWrite is the read-before-write rule of seed 004, shared by
+// every buffered write: a write of bytes [from, to) of page p reads the old
+// page first only if p is not uptodate, no write of p is pending, and the
+// write does not cover every byte of the page below EOF (pglen of them; a
+// page wholly past EOF has none, so needs no read). Classic policy (before
+// the fix): every write to a page that is not uptodate reads it first.
+func needReadBeforeWrite(pol Policy, p *pagecache.Page, from, to, pglen int) bool {
+	if p.Uptodate() {
+		return false
+	}
+	if !pol.SkipFullPageRMW {
+		return true
+	}
+	if p.WritePending() {
+		return false
+	}
+	return !(pglen == 0 || from == 0 && to >= pglen)
+}
+
+// bufferedWrite copies the caller's bytes into the page cache (the
+// kernel's generic_perform_write under xfs_file_buffered_write): the I/O
+// lock is taken exclusive, in-flight direct I/O is drained (so a buffered
+// write never reads a block that a direct write is still changing), and
+// each page is read first only where the read-before-write rule says so.
+func (in *inode) bufferedWrite(k *kiocb) (int, error) {
+	fs := in.fs
+	if len(k.buf) == 0 && !k.append {
+		return 0, nil
+	}
+	if !k.nowait {
+		fs.cache.ThrottleDirty()
+	}
+	if !in.lockIO(iolock.Exclusive, k.nowait) {
+		return 0, syscall.EAGAIN
+	}
+	fs.counters.LockExclBuffered.Add(1)
+	fs.counters.BufferedWrites.Add(1)
+	if k.nowait && in.dio.InFlight() > 0 {
+		in.io.Unlock(iolock.Exclusive)
+		fs.counters.NoWaitEAGAIN.Add(1)
+		return 0, syscall.EAGAIN
+	}
+	in.drain()
+	if _, err := in.writeChecks(k, iolock.Exclusive); err != nil {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, err
+	}
+	if len(k.buf) == 0 {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, nil
+	}
+	ps := int64(fs.cache.PageSize())
+	end := k.off + int64(len(k.buf))
+	size := in.size()
+	done := int64(0)
+	var err error
+	for pos := k.off; pos < end; {
+		idx := uint64(pos / ps)
+		from := int(pos % ps)
+		to := int(min(ps, end-int64(idx)*ps))
+		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait); err != nil {
+			break
+		}
+		done += int64(to - from)
+		pos += int64(to - from)
+		// Publish the size as the write proceeds, so that pages after
+		// this one are judged against the new EOF.
+		if pos > size {
+			in.mu.Lock()
+			if uint64(pos) > in.attr.Size {
+				in.attr.Size = uint64(pos)
+			}
+			size = int64(in.attr.Size)
+			in.attrDirty = true
+			in.mu.Unlock()
+			fs.markDirty(in)
+		}
+	}
+	in.io.Unlock(iolock.Exclusive)
+	if done == 0 {
+		return 0, err
+	}
+	if k.dsync {
+		if err := in.writeback(k.off, k.off+done, true); err != nil {
+			return 0, err
+		}
+		if err := in.pages.TakeError(); err != nil {
+			return 0, err
+		}
+		if err := fs.group.sync(); err != nil {
+			return 0, err
+		}
+	}
+	return int(done), nil
+}
+
+// writePage copies data into bytes [from, to) of page idx.
+//
+// Preconditions: in.io is held exclusive.
+func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait bool) error {
+	for {
+		p, created, err := in.pages.GetOrCreate(idx, nowait)
+		if err != nil {
+			if err == pagecache.ErrNoRoom {
+				return syscall.EAGAIN
+			}
+			return err
+		}
+		if !created {
+			if nowait {
+				if !p.TryLock() {
+					in.pages.Release(p)
+					return syscall.EAGAIN
+				}
+			} else {
+				p.Lock()
+			}
+			if p.Removed() {
+				p.Unlock()
+				in.pages.Release(p)
+				continue
+			}
+		}
+		err = in.writePageLocked(p, from, to, data, size, nowait)
+		p.Unlock()
+		in.pages.Release(p)
+		return err
+	}
+}
+
+// writePageLocked is writePage with page p locked.
+func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, size int64, nowait bool) error {
+	fs := in.fs
+	pglen := in.pageLen(p.Index, size)
+	if !p.Uptodate() && p.WritePending() {
+		// A pending partial write that this one cannot extend into one
+		// contiguous valid range is written back first (the NFS client
+		// flushes an incompatible request); the new bytes then become
+		// the page's pending write.
+		vf, vt := p.Valid()
+		if to < vf || from > vt {
+			if nowait {
+				return syscall.EAGAIN
+			}
+			if err := in.writebackPages(p.Index, p.Index, true, p); err != nil {
+				return err
+			}
+		}
+	}
+	if needReadBeforeWrite(fs.policy, p, from, to, pglen) {
+		if nowait {
+			return syscall.EAGAIN
+		}
+		if err := in.readPageLocked(p, size); err != nil {
+			return err
+		}
+	} else if !p.Uptodate() && !p.WritePending() {
+		fs.counters.CacheReadsAvoided.Add(1)
+	}
+	if !p.Uptodate() {
+		// Bytes outside the write that are past EOF are zero; if that
+		// leaves every byte known, the page is uptodate.
+		if vf, vt := p.Valid(); vf == vt {
+			clear(p.Data)
+		}
+		if pglen == 0 || from == 0 && to >= pglen {
+			clear(p.Data[:from])
+			clear(p.Data[to:])
+			copy(p.Data[from:to], data)
+			p.MarkDirty(from, to)
+			p.SetUptodate()
+			return nil
+		}
+	}
+	copy(p.Data[from:to], data)
+	p.MarkDirty(from, to)
+	return nil
+}
+
+// readPageLocked reads page p in from the device, keeping any valid
+// (pending-write) bytes it holds, and marks it uptodate. Bytes past EOF
+// read as zero.
+//
+// Preconditions: p is locked.
+func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
+	ps := len(p.Data)
+	pos := int64(p.Index) * int64(ps)
+	vf, vt := p.Valid()
+	tmp := p.Data
+	partial := !p.Uptodate() && vf < vt
+	if partial {
+		tmp = device.AlignedBuf(ps)
+	}
+	if err := in.readRangeInto(tmp, pos); err != nil {
+		p.ClearUptodate(err)
+		return err
+	}
+	if pglen := in.pageLen(p.Index, size); pglen < ps {
+		clear(tmp[pglen:])
+	}
+	if partial {
+		copy(tmp[vf:vt], p.Data[vf:vt])
+		copy(p.Data, tmp)
+	}
+	p.SetUptodate()
+	return nil
+}
+
+// readRangeInto fills buf (page-sized, page-aligned in the file at pos)
+// with the file's bytes from the device: holes and unwritten extents are
+// zeros. On a device whose I/O unit is larger than buf, the unit is read
+// into a bounce buffer.
+func (in *inode) readRangeInto(buf []byte, pos int64) error {
+	fs := in.fs
+	end := pos + int64(len(buf))
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		in.mu.Unlock()
+		return err
+	}
+	first, nb := fs.blockRange(pos, end)
+	segs := m.Lookup(first, nb, nil)
+	in.mu.Unlock()
+	b := &ioBatch{}
+	for _, s := range segs {
+		lo, hi := fs.clip(s, pos, end)
+		part := buf[lo-pos : hi-pos]
+		if s.Hole || s.State != meta.Written {
+			clear(part)
+			continue
+		}
+		fs.counters.CacheReads.Add(1)
+		devOff := fs.devOffset(s, lo)
+		if u := fs.ioUnit; devOff%u != 0 || int64(len(part))%u != 0 {
+			ubase := roundDown(devOff, u)
+			ulen := roundUp(devOff+int64(len(part)), u) - ubase
+			bounce := device.AlignedBuf(int(ulen))
+			if err := fs.dev.ReadAt(bounce, ubase); err != nil {
+				return eio(err)
+			}
+			copy(part, bounce[devOff-ubase:])
+			continue
+		}
+		b.add(device.OpRead, part, devOff)
+	}
+	return b.run(fs.dev)
+}
+
+// bufferedRead copies from the page cache, reading missing pages in with
+// readahead (filemap_read). The lock is taken shared.
+//
+// A read that finds a page under I/O waits for it; with k.nowait it
+// returns EAGAIN; with k.asyncRetry (the ring's async buffered read, seed
+// 003) it arms a callback on the page's unlock and returns errQueued (or
+// the bytes copied so far).
+func (in *inode) bufferedRead(k *kiocb) (int, error) {
+	fs := in.fs
+	if len(k.buf) == 0 {
+		return 0, nil
+	}
+	if !in.lockIO(iolock.Shared, k.nowait && k.asyncRetry == nil) {
+		return 0, syscall.EAGAIN
+	}
+	defer in.io.Unlock(iolock.Shared)
+	fs.counters.LockSharedBufferedRead.Add(1)
+	fs.counters.BufferedReads.Add(1)
+	ps := int64(fs.cache.PageSize())
+	copied := int64(0)
+	for {
+		size := in.size()
+		pos := k.off + copied
+		if pos >= size || copied == int64(len(k.buf)) {
+			return int(copied), nil
+		}
+		end := min(k.off+int64(len(k.buf)), size)
+		idx := uint64(pos / ps)
+		p := in.pages.Get(idx)
+		if p == nil {
+			lastIdx := uint64((end - 1) / ps)
+			if err := in.readahead(idx, lastIdx, size, k.nowait && k.asyncRetry == nil); err != nil {
+				if copied > 0 {
+					return int(copied), nil
+				}
+				return 0, err
+			}
+			continue
+		}
+		if !p.Uptodate() {
+			n, err, again := in.waitPageUptodate(k, p, size, copied)
+			in.pages.Release(p)
+			if !again {
+				return n, err
+			}
+			continue
+		}
+		from := pos - int64(idx)*ps
+		n := copy(k.buf[copied:end-k.off], p.Data[from:])
+		in.pages.Release(p)
+		copied += int64(n)
+	}
+}
+
+// waitPageUptodate deals with a page that is not uptodate during a
+// buffered read. again says to look the page up again; otherwise n, err
+// end the read.
+func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, size, copied int64) (n int, err error, again bool) {
+	if p.Locked() {
+		switch {
+		case k.asyncRetry != nil:
+			if copied > 0 {
+				// Bytes were copied: complete with the partial count
+				// rather than queue (the kernel cannot return
+				// -EIOCBQUEUED after a partial copy either).
+				return int(copied), nil, false
+			}
+			if !p.WaitUnlockedAsync(k.asyncRetry) {
+				in.fs.counters.AsyncReadCallbacksArmed.Add(1)
+				return 0, errQueued, false
+			}
+			return 0, nil, true
+		case k.nowait:
+			if copied > 0 {
+				return int(copied), nil, false
+			}
+			return 0, syscall.EAGAIN, false
+		}
+		p.WaitUnlocked()
+	}
+	if p.Removed() {
+		return 0, nil, true
+	}
+	if err := p.Err(); err != nil {
+		// The read that this page waited for failed: its waiters get
+		// the error instead of retrying for ever.
+		if copied > 0 {
+			return int(copied), nil, false
+		}
+		return 0, err, false
+	}
+	if p.Uptodate() {
+		return 0, nil, true
+	}
+	// Not uptodate and unlocked: a partial page (pending write) whose
+	// other bytes must be read in now.
+	if k.nowait || k.asyncRetry != nil {
+		if copied > 0 {
+			return int(copied), nil, false
+		}
+		return 0, syscall.EAGAIN, false
+	}
+	p.Lock()
+	if !p.Removed() && !p.Uptodate() {
+		err = in.readPageLocked(p, size)
+	}
+	p.Unlock()
+	if err != nil {
+		return 0, err, false
+	}
+	return 0, nil, true
+}
+
+// readaheadState tracks sequential reads of one file.
+type readaheadState struct {
+	mu     sync.Mutex
+	next   uint64 // page index a sequential reader would read next
+	window uint64 // current readahead window, in pages
+}
+
+const (
+	raInitPages = 4
+	raMaxPages  = 64
+)
+
+// readahead creates and starts reading the pages [idx, last] that are not
+// cached, plus, for a sequential reader, a window after them (adaptive,
+// doubling up to raMaxPages). Reads are asynchronous: the pages stay
+// locked until their data arrives. With nowait, a full cache gives EAGAIN.
+func (in *inode) readahead(idx, last uint64, size int64, nowait bool) error {
+	fs := in.fs
+	ps := int64(fs.cache.PageSize())
+	eofIdx := uint64((size - 1) / ps)
+	in.ra.mu.Lock()
+	if idx == in.ra.next && idx != 0 || idx == 0 && in.ra.window > 0 {
+		in.ra.window = min(max(in.ra.window*2, raInitPages), raMaxPages)
+	} else {
+		in.ra.window = 0
+	}
+	end := min(max(last, idx+in.ra.window), eofIdx)
+	in.ra.next = end + 1
+	in.ra.mu.Unlock()
+
+	var pages []*pagecache.Page
+	for i := idx; i <= end; i++ {
+		p, created, err := in.pages.GetOrCreate(i, nowait || i > last)
+		if err != nil {
+			if i <= last && len(pages) == 0 {
+				if err == pagecache.ErrNoRoom {
+					return syscall.EAGAIN
+				}
+				return err
+			}
+			break
+		}
+		if !created {
+			in.pages.Release(p)
+			if i <= last {
+				break // the reader will find it
+			}
+			continue
+		}
+		if i > last {
+			fs.counters.ReadaheadPages.Add(1)
+		}
+		pages = append(pages, p)
+	}
+	if len(pages) == 0 {
+		return nil
+	}
+	in.startPageReads(pages, size)
+	return nil
+}
+
+// startPageReads reads locked, referenced pages in from the device
+// asynchronously, then marks them uptodate (or carrying the error, removed
+// so that the next reader retries), unlocks and releases them. The mapping
+// is looked up with the pages already locked, so an extent conversion
+// racing the read is followed by an invalidation that waits for them.
+func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
+	fs := in.fs
+	ps := int64(fs.cache.PageSize())
+	finish := func(p *pagecache.Page, err error) {
+		if err != nil {
+			p.ClearUptodate(err)
+			in.pages.Remove(p)
+		} else {
+			if pglen := in.pageLen(p.Index, size); pglen < int(ps) {
+				clear(p.Data[pglen:])
+			}
+			p.SetUptodate()
+		}
+		p.Unlock()
+		in.pages.Release(p)
+	}
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	in.mu.Unlock()
+	if err != nil {
+		for _, p := range pages {
+			finish(p, err)
+		}
+		return
+	}
+	for _, p := range pages {
+		pos := int64(p.Index) * ps
+		in.mu.Lock()
+		first, nb := fs.blockRange(pos, pos+ps)
+		var buf [2]extmap.Segment
+		segs := m.Lookup(first, nb, buf[:0])
+		in.mu.Unlock()
+		s := segs[0]
+		if len(segs) != 1 || s.Hole || s.State != meta.Written || fs.ioUnit > ps {
+			// Zeros, or a page that needs the general path.
+			if len(segs) == 1 && (s.Hole || s.State != meta.Written) {
+				clear(p.Data)
+				finish(p, nil)
+				continue
+			}
+			go func(p *pagecache.Page) { finish(p, in.readRangeInto(p.Data, pos)) }(p)
+			continue
+		}
+		fs.counters.CacheReads.Add(1)
+		r := &device.Request{Op: device.OpRead, Buf: p.Data, Off: fs.devOffset(s, pos)}
+		page := p
+		r.Done = func(_ *device.Request, err error) { finish(page, eio(err)) }
+		if err := fs.dev.Submit(r); err != nil {
+			finish(p, eio(err))
+		}
+	}
+}

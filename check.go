@@ -1,0 +1,266 @@
+package sluice
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/volume"
+)
+
+// Problem is one inconsistency found by Check.
+type Problem struct {
+	// Kind is a stable identifier: corrupt-record, overlapping-extents,
+	// extent-in-free-space, extent-out-of-range, free-out-of-range,
+	// overlapping-free, dangling-entry, wrong-link-count, leaked-blocks,
+	// extent-past-eof, extent-of-non-file, orphan-linked, bad-superblock,
+	// bad-parent.
+	Kind   string `json:"kind"`
+	Detail string `json:"detail"`
+}
+
+func (p Problem) String() string { return p.Kind + ": " + p.Detail }
+
+// CheckReport is what Check found.
+type CheckReport struct {
+	Problems    []Problem  `json:"problems"`
+	Inodes      int        `json:"inodes"`
+	Directories int        `json:"directories"`
+	Files       int        `json:"files"`
+	Extents     int        `json:"extents"`
+	DataBlocks  uint64     `json:"data_blocks"`
+	UsedBlocks  uint64     `json:"used_blocks"`
+	FreeBlocks  uint64     `json:"free_blocks"`
+	Orphans     []meta.Ino `json:"orphans"`
+}
+
+// Clean reports whether no problem was found.
+func (r *CheckReport) Clean() bool { return len(r.Problems) == 0 }
+
+func (r *CheckReport) add(kind, format string, args ...any) {
+	if len(r.Problems) < 1000 {
+		r.Problems = append(r.Problems, Problem{kind, fmt.Sprintf(format, args...)})
+	}
+}
+
+// Check makes everything durable, then checks the metadata's consistency
+// (see CheckVolume). Run it on a quiet file system: changes made while it
+// scans may be reported as problems.
+func (fs *FS) Check() (*CheckReport, error) {
+	if !fs.opts.ReadOnly && fs.shutdownErr() == nil {
+		if err := fs.SyncAll(); err != nil {
+			return nil, err
+		}
+	}
+	return checkKV(fs.kv, fs.vol.Header)
+}
+
+// CheckVolume checks the metadata of a volume that no file system has
+// open, without changing it (orphans are listed, not freed): extents do
+// not overlap each other or free space; used + free = the data area;
+// every directory entry points to a live inode; link counts match; sizes
+// cover their written extents (unwritten ones may lie past EOF, as
+// fallocate KEEP_SIZE leaves them).
+func CheckVolume(v *volume.Volume) (*CheckReport, error) {
+	return checkKV(v.KV, v.Header)
+}
+
+type devRun struct {
+	start, end uint64
+	owner      meta.Ino // 0 for free space
+}
+
+func checkKV(kv meta.KV, h *volume.Header) (*CheckReport, error) {
+	r := &CheckReport{}
+	bs := uint64(h.BlockSize)
+	total := h.DeviceBytes / bs
+	r.DataBlocks = total - h.DataStart
+
+	inodes := map[meta.Ino]*meta.Inode{}
+	start, end := meta.InodeKeyRange()
+	if err := kv.Scan(start, end, func(k, v []byte) error {
+		in, err := meta.DecodeInode(v)
+		if err != nil {
+			r.add("corrupt-record", "inode key %x: %v", k, err)
+			return nil
+		}
+		inodes[in.Ino] = in
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	r.Inodes = len(inodes)
+	var maxIno meta.Ino
+	for ino, in := range inodes {
+		maxIno = max(maxIno, ino)
+		switch {
+		case isDir(in.Mode):
+			r.Directories++
+		case isReg(in.Mode):
+			r.Files++
+		}
+	}
+	if sv, err := kv.Get(meta.SuperKey()); err != nil {
+		r.add("bad-superblock", "%v", err)
+	} else if sb, err := meta.DecodeSuperblock(sv); err != nil {
+		r.add("bad-superblock", "%v", err)
+	} else if sb.NextIno <= maxIno {
+		r.add("bad-superblock", "next inode number %d is not above the largest inode %d", sb.NextIno, maxIno)
+	}
+	if root, ok := inodes[meta.RootIno]; !ok || !isDir(root.Mode) {
+		r.add("bad-parent", "the root directory (inode 1) is missing or not a directory")
+	}
+
+	// Directory entries: targets exist, link counts.
+	links := map[meta.Ino]uint32{}
+	subdirs := map[meta.Ino]uint32{}
+	start, end = []byte{'D'}, []byte{'D' + 1}
+	if err := kv.Scan(start, end, func(k, v []byte) error {
+		parent, name, err := meta.DirentName(k)
+		if err != nil {
+			r.add("corrupt-record", "%v", err)
+			return nil
+		}
+		d, err := meta.DecodeDirent(v)
+		if err != nil {
+			r.add("corrupt-record", "entry %d/%q: %v", parent, name, err)
+			return nil
+		}
+		p, ok := inodes[parent]
+		if !ok || !isDir(p.Mode) {
+			r.add("dangling-entry", "entry %q is in %d, which is not a directory", name, parent)
+		}
+		child, ok := inodes[d.Ino]
+		if !ok {
+			r.add("dangling-entry", "entry %d/%q points to missing inode %d", parent, name, d.Ino)
+			return nil
+		}
+		links[d.Ino]++
+		if isDir(child.Mode) {
+			subdirs[parent]++
+			if child.Parent != parent {
+				r.add("bad-parent", "directory %d is entry %d/%q but records parent %d", d.Ino, parent, name, child.Parent)
+			}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	orphans := map[meta.Ino]bool{}
+	start, end = meta.OrphanKeyRange()
+	if err := kv.Scan(start, end, func(k, _ []byte) error {
+		ino, err := meta.OrphanIno(k)
+		if err != nil {
+			r.add("corrupt-record", "%v", err)
+			return nil
+		}
+		orphans[ino] = true
+		r.Orphans = append(r.Orphans, ino)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for ino, in := range inodes {
+		want := links[ino]
+		if isDir(in.Mode) {
+			want, named := uint32(0), uint32(1)
+			if in.Nlink != 0 {
+				want = 2 + subdirs[ino]
+			}
+			if ino == meta.RootIno || in.Nlink == 0 {
+				named = 0
+			}
+			if links[ino] != named {
+				r.add("wrong-link-count", "directory %d is named by %d entries, want %d", ino, links[ino], named)
+			}
+			if in.Nlink != want {
+				r.add("wrong-link-count", "directory %d has nlink %d, want %d", ino, in.Nlink, want)
+			}
+		} else if in.Nlink != want {
+			r.add("wrong-link-count", "inode %d has nlink %d, but %d entries", ino, in.Nlink, want)
+		}
+		if in.Nlink == 0 && !orphans[ino] {
+			r.add("wrong-link-count", "inode %d has no links and is not an orphan (leaked inode)", ino)
+		}
+		if orphans[ino] && in.Nlink > 0 {
+			r.add("orphan-linked", "inode %d is an orphan but has %d links", ino, in.Nlink)
+		}
+	}
+
+	// Extents and free space: every data block is owned exactly once.
+	var runs []devRun
+	var prevIno meta.Ino
+	var prevEnd uint64
+	start, end = meta.ExtentKeyRange()
+	if err := kv.Scan(start, end, func(k, v []byte) error {
+		ino, e, err := meta.DecodeExtent(k, v)
+		if err != nil {
+			r.add("corrupt-record", "extent key %x: %v", k, err)
+			return nil
+		}
+		r.Extents++
+		in, ok := inodes[ino]
+		switch {
+		case !ok:
+			r.add("extent-of-non-file", "extent of missing inode %d at file block %d", ino, e.FileBlock)
+		case !isReg(in.Mode):
+			r.add("extent-of-non-file", "extent of non-file inode %d", ino)
+		case e.State == meta.Written && (e.FileBlock+e.Len)*bs > (in.Size+bs-1)/bs*bs:
+			r.add("extent-past-eof", "inode %d (size %d) has written blocks [%d, %d)", ino, in.Size, e.FileBlock, e.FileBlock+e.Len)
+		}
+		if ino == prevIno && e.FileBlock < prevEnd {
+			r.add("overlapping-extents", "inode %d: extents overlap at file block %d", ino, e.FileBlock)
+		}
+		prevIno, prevEnd = ino, e.FileBlock+e.Len
+		if e.DevBlock < h.DataStart || e.DevBlock+e.Len > total {
+			r.add("extent-out-of-range", "inode %d: device blocks [%d, %d) outside [%d, %d)", ino, e.DevBlock, e.DevBlock+e.Len, h.DataStart, total)
+			return nil
+		}
+		runs = append(runs, devRun{e.DevBlock, e.DevBlock + e.Len, ino})
+		r.UsedBlocks += e.Len
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	start, end = meta.FreeKeyRange()
+	if err := kv.Scan(start, end, func(k, v []byte) error {
+		s, n, err := meta.DecodeFree(k, v)
+		if err != nil {
+			r.add("corrupt-record", "free key %x: %v", k, err)
+			return nil
+		}
+		if s < h.DataStart || s+n > total {
+			r.add("free-out-of-range", "free blocks [%d, %d) outside [%d, %d)", s, s+n, h.DataStart, total)
+			return nil
+		}
+		runs = append(runs, devRun{s, s + n, 0})
+		r.FreeBlocks += n
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
+	for i := 1; i < len(runs); i++ {
+		a, b := runs[i-1], runs[i]
+		if b.start >= a.end {
+			continue
+		}
+		switch {
+		case a.owner == 0 && b.owner == 0:
+			r.add("overlapping-free", "free extents overlap at block %d", b.start)
+		case a.owner == 0 || b.owner == 0:
+			r.add("extent-in-free-space", "block %d is both free and owned by inode %d", b.start, max(a.owner, b.owner))
+		default:
+			r.add("overlapping-extents", "block %d is owned by inodes %d and %d", b.start, a.owner, b.owner)
+		}
+		if b.end < a.end { // keep the longer run for the next comparison
+			runs[i] = a
+		}
+	}
+	if r.UsedBlocks+r.FreeBlocks < r.DataBlocks {
+		r.add("leaked-blocks", "%d blocks are neither free nor owned (used %d + free %d < %d)",
+			r.DataBlocks-r.UsedBlocks-r.FreeBlocks, r.UsedBlocks, r.FreeBlocks, r.DataBlocks)
+	}
+	return r, nil
+}
+

@@ -1,0 +1,212 @@
+package sluice
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/sluicefs/sluice/alloc"
+	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/meta"
+)
+
+// txn collects the metadata changes of one transaction. It is only used
+// inside FS.transact, under commitMu.
+type txn struct {
+	fs  *FS
+	kv  meta.Txn
+	seq uint64 // the sequence number this transaction commits as
+}
+
+// transact runs fn under commitMu and commits what it recorded, together
+// with the allocator changes it made, as one metadata transaction (not
+// synced: see the durability rules in the package doc).
+//
+// fn must make no in-core change it cannot keep if it returns an error, and
+// the in-core changes it makes must be exactly what it records. If the
+// commit itself fails, in-core state and metadata may disagree, so the file
+// system shuts down (every later change fails) and the metadata on disk
+// stays as it was: consistent.
+//
+// Preconditions: the caller holds the mu of every inode fn changes (lock
+// order: inode.mu before commitMu).
+func (fs *FS) transact(fn func(t *txn) error) error {
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	fs.commitMu.Lock()
+	defer fs.commitMu.Unlock()
+	if err := fs.shutdownErr(); err != nil {
+		return err
+	}
+	t := &txn{fs: fs, kv: fs.kv.NewTxn(), seq: fs.commit.seq + 1}
+	if err := fn(t); err != nil {
+		t.kv.Abort()
+		// Allocator changes were undone by fn; drop nothing else.
+		return err
+	}
+	fs.alloc.Changes(
+		func(e alloc.Extent) { t.kv.Set(meta.FreeKey(uint64(e.Start)), meta.EncodeFree(e.Len)) },
+		func(start alloc.BlockNum) { t.kv.Delete(meta.FreeKey(uint64(start))) },
+	)
+	if t.kv.Len() == 0 {
+		t.kv.Abort()
+		return nil
+	}
+	if err := t.kv.Commit(false); err != nil {
+		fs.shutdownWith(fmt.Errorf("committing metadata: %w", err))
+		return eio(err)
+	}
+	fs.commit.seq = t.seq
+	fs.counters.MetaCommits.Add(1)
+	return nil
+}
+
+// shutdownWith stops the file system after an unrecoverable metadata error.
+func (fs *FS) shutdownWith(err error) {
+	e := fmt.Errorf("%w: %w", ErrShutdown, err)
+	fs.shutdown.CompareAndSwap(nil, &e)
+}
+
+// putInode records in's attributes.
+func (t *txn) putInode(in *meta.Inode) { t.kv.Set(meta.InodeKey(in.Ino), meta.EncodeInode(in)) }
+
+// extents returns a Recorder that writes ino's extent-record changes.
+func (t *txn) extents(ino meta.Ino) extmap.Recorder { return extentRecorder{t.kv, ino} }
+
+type extentRecorder struct {
+	kv  meta.Txn
+	ino meta.Ino
+}
+
+func (r extentRecorder) Put(e extmap.Extent) {
+	r.kv.Set(meta.ExtentKey(r.ino, e.FileBlock), meta.EncodeExtent(e.Persisted()))
+}
+func (r extentRecorder) Delete(fileBlock uint64) { r.kv.Delete(meta.ExtentKey(r.ino, fileBlock)) }
+
+// freeBlocks returns device ranges to the allocator; they become
+// allocatable once this transaction is durable (busy extents).
+func (t *txn) freeBlocks(rs []extmap.DevRange) error {
+	for _, r := range rs {
+		if err := t.fs.alloc.Free(alloc.Extent{Start: alloc.BlockNum(r.Start), Len: r.Len}, t.seq); err != nil {
+			return fmt.Errorf("freeing blocks: %w", err)
+		}
+	}
+	return nil
+}
+
+// allocIno hands out a new inode number and records the superblock.
+func (t *txn) allocIno() meta.Ino {
+	fs := t.fs
+	ino := fs.commit.nextIno
+	fs.commit.nextIno++
+	sb := *fs.vol.Super
+	sb.NextIno = fs.commit.nextIno
+	t.kv.Set(meta.SuperKey(), meta.EncodeSuperblock(&sb))
+	return ino
+}
+
+// markDirty notes that in's in-core state is ahead of the metadata, so the
+// next sync point persists it.
+func (fs *FS) markDirty(in *inode) {
+	fs.dirty.mu.Lock()
+	fs.dirty.set[in] = struct{}{}
+	fs.dirty.mu.Unlock()
+}
+
+// syncPoint makes every write that completed before it started, and every
+// committed metadata change, durable:
+//
+//  1. take E = the current conversion epoch and advance it;
+//  2. flush the data device (data first);
+//  3. for every dirty inode, persist its attributes and mark its
+//     conversions stamped <= E written (metadata that exposes the data);
+//  4. sync the metadata, then let the allocator hand out blocks freed by
+//     now-durable transactions.
+//
+// It is run by groupSync, one at a time.
+func (fs *FS) syncPoint() error {
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	epoch := fs.convEpoch.Add(1) - 1
+	if err := fs.dev.Flush(); err != nil {
+		return eio(err)
+	}
+	fs.dirty.mu.Lock()
+	inodes := make([]*inode, 0, len(fs.dirty.set))
+	for in := range fs.dirty.set {
+		inodes = append(inodes, in)
+	}
+	fs.dirty.mu.Unlock()
+	sort.Slice(inodes, func(i, j int) bool { return inodes[i].ino < inodes[j].ino })
+	for _, in := range inodes {
+		if err := in.persist(epoch); err != nil {
+			return err
+		}
+	}
+	fs.commitMu.Lock()
+	seq := fs.commit.seq
+	fs.commitMu.Unlock()
+	if err := fs.kv.Sync(); err != nil {
+		fs.shutdownWith(fmt.Errorf("syncing metadata: %w", err))
+		return eio(err)
+	}
+	fs.alloc.Unbusy(seq)
+	fs.counters.SyncPoints.Add(1)
+	return nil
+}
+
+// groupSync shares sync points between concurrent callers: a caller joins
+// the next round; the first caller of a round to find no round running
+// runs it for everyone who joined before it started (group commit).
+type groupSync struct {
+	do     func() error
+	serial bool // NoGroupCommit: every caller runs its own round
+	mu     sync.Mutex
+	cond   sync.Cond
+	// Protected by mu.
+	running bool
+	next    *syncRound
+	serialMu sync.Mutex
+}
+
+type syncRound struct {
+	finished bool
+	err      error
+}
+
+func (g *groupSync) init(do func() error, serial bool) {
+	g.do, g.serial = do, serial
+	g.cond.L = &g.mu
+	g.next = &syncRound{}
+}
+
+func (g *groupSync) sync() error {
+	if g.serial {
+		g.serialMu.Lock()
+		defer g.serialMu.Unlock()
+		return g.do()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.next
+	for !r.finished {
+		if !g.running {
+			g.running = true
+			g.next = &syncRound{}
+			g.mu.Unlock()
+			err := g.do()
+			g.mu.Lock()
+			r.err, r.finished = err, true
+			g.running = false
+			g.cond.Broadcast()
+			break
+		}
+		g.cond.Wait()
+	}
+	return r.err
+}
+
+var errStaleInode = errors.New("inode is no longer in the cache")

@@ -1,0 +1,147 @@
+package sluice
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+
+	"github.com/sluicefs/sluice/device"
+)
+
+// Counters records every decision of the I/O path, cheaply (atomics, no
+// locks), so that tests can observe concurrency deterministically and the
+// benchmark and the metrics endpoint can report it. Read them with
+// FS.Counters; field names are the metric names.
+type Counters struct {
+	// I/O lock acquisitions by mode and path.
+	LockSharedDirectRead    atomic.Int64
+	LockExclDirectRead      atomic.Int64 // classic direct reads
+	LockSharedDirectWrite   atomic.Int64
+	LockExclDirectWrite     atomic.Int64
+	LockSharedUnaligned     atomic.Int64 // optimistic sub-block attempts
+	LockExclUnaligned       atomic.Int64 // exclusive sub-block writes
+	LockExclBuffered        atomic.Int64
+	LockSharedBufferedRead  atomic.Int64
+	LockExclSpace           atomic.Int64 // truncate, fallocate, punch
+	LockUpgrades            atomic.Int64 // shared dropped and retaken exclusive
+	UnalignedEAGAINRetries  atomic.Int64 // overwrite-only attempts that fell back
+	NoWaitEAGAIN            atomic.Int64 // EAGAIN returned to NOWAIT callers
+	Drains                  atomic.Int64 // waits for in-flight direct I/O
+	DirectReads             atomic.Int64
+	DirectWrites            atomic.Int64
+	DirectZeroFill          atomic.Int64 // direct-read segments served as zeros
+	MaxDirectInFlightFile   atomic.Int64 // max direct I/Os in flight on one file
+	DeviceReads             atomic.Int64
+	DeviceWrites            atomic.Int64
+	DeviceFlushes           atomic.Int64
+	DeviceInFlight          atomic.Int64
+	MaxDeviceInFlight       atomic.Int64
+	MetaCommits             atomic.Int64
+	SyncPoints              atomic.Int64
+	BlocksAllocated         atomic.Int64
+	ConversionsPending      atomic.Int64
+	CacheReads              atomic.Int64 // device reads issued by the page cache
+	CacheReadsAvoided       atomic.Int64 // page reads the read-before-write rule skipped
+	CacheWritebackPages     atomic.Int64
+	CacheRMWUnitReads       atomic.Int64 // I/O-unit reads at writeback (block-granular devices)
+	BufferedReads           atomic.Int64
+	BufferedWrites          atomic.Int64
+	ReadaheadPages          atomic.Int64
+	WritebackErrors         atomic.Int64
+	AsyncReadCallbacksArmed atomic.Int64 // async buffered reads parked on a page
+}
+
+// CounterValues is a snapshot of Counters by name.
+type CounterValues map[string]int64
+
+// Counters returns a snapshot of every counter, plus the page cache's.
+func (fs *FS) Counters() CounterValues {
+	out := CounterValues{}
+	v := reflect.ValueOf(&fs.counters).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		out[v.Type().Field(i).Name] = v.Field(i).Addr().Interface().(*atomic.Int64).Load()
+	}
+	for k, val := range fs.cache.Stats().Values() {
+		out["Cache"+k] = val
+	}
+	return out
+}
+
+// ResetCounters sets every counter to zero (maxima to the current value).
+func (fs *FS) ResetCounters() {
+	v := reflect.ValueOf(&fs.counters).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		v.Field(i).Addr().Interface().(*atomic.Int64).Store(0)
+	}
+	fs.counters.MaxDeviceInFlight.Store(fs.counters.DeviceInFlight.Load())
+}
+
+// String renders the non-zero counters.
+func (c CounterValues) String() string {
+	var b strings.Builder
+	for k, v := range c {
+		if v != 0 {
+			fmt.Fprintf(&b, "%s=%d ", k, v)
+		}
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// storeMax raises m to v if v is larger.
+func storeMax(m *atomic.Int64, v int64) {
+	for {
+		cur := m.Load()
+		if v <= cur || m.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}
+
+// countingDevice wraps the data device to count I/Os and the depth in
+// flight, as the engine issues them.
+type countingDevice struct {
+	device.Device
+	c *Counters
+}
+
+func (d *countingDevice) count(op device.Op) {
+	switch op {
+	case device.OpRead:
+		d.c.DeviceReads.Add(1)
+	case device.OpWrite:
+		d.c.DeviceWrites.Add(1)
+	case device.OpFlush:
+		d.c.DeviceFlushes.Add(1)
+	}
+	storeMax(&d.c.MaxDeviceInFlight, d.c.DeviceInFlight.Add(1))
+}
+
+// Submit counts r and submits it.
+func (d *countingDevice) Submit(r *device.Request) error {
+	d.count(r.Op)
+	done := r.Done
+	r.Done = func(r *device.Request, err error) {
+		d.c.DeviceInFlight.Add(-1)
+		r.Done = done
+		done(r, err)
+	}
+	if err := d.Device.Submit(r); err != nil {
+		d.c.DeviceInFlight.Add(-1)
+		r.Done = done
+		return err
+	}
+	return nil
+}
+
+func (d *countingDevice) ReadAt(p []byte, off int64) error {
+	return device.Wait(d, &device.Request{Op: device.OpRead, Off: off, Buf: p})
+}
+
+func (d *countingDevice) WriteAt(p []byte, off int64) error {
+	return device.Wait(d, &device.Request{Op: device.OpWrite, Off: off, Buf: p})
+}
+
+func (d *countingDevice) Flush() error {
+	return device.Wait(d, &device.Request{Op: device.OpFlush})
+}

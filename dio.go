@@ -1,0 +1,608 @@
+package sluice
+
+import (
+	"syscall"
+
+	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/iolock"
+	"github.com/sluicefs/sluice/meta"
+)
+
+// The direct-I/O path: seeds 001 (shared-lock direct reads) and 000
+// (optimistic unaligned direct writes). See the package doc for the lock
+// rules and the completion order, and the iolock package doc for the table
+// of which operation takes which mode.
+
+// checkDirect applies O_DIRECT's alignment rules: offset, length and
+// buffer address aligned to the device's I/O unit (the address to at most
+// 4 KiB), as Linux does; EINVAL otherwise.
+func (fs *FS) checkDirect(buf []byte, off int64) error {
+	u := fs.ioUnit
+	if off%u != 0 || int64(len(buf))%u != 0 || !device.IsAligned(buf, device.MemAlign(int(u))) {
+		return errnof(syscall.EINVAL, "O_DIRECT I/O must be aligned to the %d B I/O unit (offset %d, length %d)", u, off, len(buf))
+	}
+	return nil
+}
+
+// blockRange returns the file blocks [first, first+n) that cover the byte
+// range [off, end).
+func (fs *FS) blockRange(off, end int64) (first, n uint64) {
+	first = uint64(off >> fs.blockShift)
+	last := uint64((end + fs.blockSize - 1) >> fs.blockShift)
+	return first, last - first
+}
+
+// directRead is the O_DIRECT read path (analogous to xfs_file_dio_read
+// and iomap_dio_rw).
+//
+// Concurrent policy: the I/O lock is taken shared, so readers never queue
+// behind each other; dirty cached pages of the range are written back
+// first. Classic policy (before seed 001): the lock is taken exclusive,
+// which waits for every in-flight direct I/O, the file's cached pages are
+// written back and dropped, and the lock is demoted to shared for the read.
+//
+// Either way the lock is dropped once the device reads are submitted; the
+// in-flight count (in.dio) keeps truncate and punch out until they
+// complete. Holes and unwritten extents read as zeros without device I/O;
+// the result is clipped to the size sampled at submission.
+func (in *inode) directRead(k *kiocb) (int, error) {
+	fs := in.fs
+	if err := fs.checkDirect(k.buf, k.off); err != nil {
+		return 0, err
+	}
+	if len(k.buf) == 0 {
+		return 0, nil
+	}
+	fs.counters.DirectReads.Add(1)
+	if fs.policy.SharedDirectReads {
+		if !in.lockIO(iolock.Shared, k.nowait) {
+			return 0, syscall.EAGAIN
+		}
+		fs.counters.LockSharedDirectRead.Add(1)
+		if err := in.writebackRange(k.off, k.off+int64(len(k.buf)), k.nowait); err != nil {
+			in.io.Unlock(iolock.Shared)
+			return 0, err
+		}
+	} else {
+		if !in.lockIO(iolock.Exclusive, k.nowait) {
+			return 0, syscall.EAGAIN
+		}
+		fs.counters.LockExclDirectRead.Add(1)
+		if k.nowait && in.dio.InFlight() > 0 {
+			in.io.Unlock(iolock.Exclusive)
+			fs.counters.NoWaitEAGAIN.Add(1)
+			return 0, syscall.EAGAIN
+		}
+		in.drain()
+		if err := in.invalidateRange(0, maxFileSize); err != nil {
+			in.io.Unlock(iolock.Exclusive)
+			return 0, err
+		}
+		in.io.Demote()
+	}
+	// From here the lock is held shared.
+	in.mu.Lock()
+	size := int64(in.attr.Size)
+	if k.off >= size {
+		in.mu.Unlock()
+		in.io.Unlock(iolock.Shared)
+		return 0, nil
+	}
+	n := min(int64(len(k.buf)), size-k.off)
+	span := roundUp(n, fs.ioUnit)
+	m, err := in.extentsLocked()
+	if err != nil {
+		in.mu.Unlock()
+		in.io.Unlock(iolock.Shared)
+		return 0, err
+	}
+	first, nb := fs.blockRange(k.off, k.off+span)
+	segs := m.Lookup(first, nb, nil)
+	in.mu.Unlock()
+
+	b := &ioBatch{}
+	for _, s := range segs {
+		lo, hi := fs.clip(s, k.off, k.off+span)
+		part := k.buf[lo-k.off : hi-k.off]
+		if s.Hole || s.State != meta.Written {
+			clear(part)
+			fs.counters.DirectZeroFill.Add(1)
+			continue
+		}
+		b.add(device.OpRead, part, fs.devOffset(s, lo))
+	}
+	if len(b.reqs) == 0 {
+		in.io.Unlock(iolock.Shared)
+		return int(n), nil
+	}
+	c := newCompletion(k)
+	in.dioBegin()
+	b.finish = func(err error) {
+		in.dio.End()
+		if err != nil {
+			c.complete(0, err)
+			return
+		}
+		c.complete(int(n), nil)
+	}
+	b.submit(fs.dev)
+	in.io.Unlock(iolock.Shared)
+	return c.wait()
+}
+
+// dioBegin counts a direct I/O in flight (inode_dio_begin).
+func (in *inode) dioBegin() {
+	in.dio.Begin()
+	storeMax(&in.fs.counters.MaxDirectInFlightFile, int64(in.dio.InFlight()))
+}
+
+// clip returns the byte range where segment s meets [off, end).
+func (fs *FS) clip(s extmap.Segment, off, end int64) (lo, hi int64) {
+	lo = max(off, int64(s.FileBlock)<<fs.blockShift)
+	hi = min(end, int64(s.FileBlock+s.Len)<<fs.blockShift)
+	return lo, hi
+}
+
+// devOffset returns the device byte offset of file byte pos, which lies in
+// mapped segment s.
+func (fs *FS) devOffset(s extmap.Segment, pos int64) int64 {
+	return int64(s.DevBlock)<<fs.blockShift + pos - int64(s.FileBlock)<<fs.blockShift
+}
+
+// directWrite is the O_DIRECT write path (xfs_file_dio_write): aligned
+// writes (whole blocks) and sub-block writes take different routes.
+func (in *inode) directWrite(k *kiocb) (int, error) {
+	fs := in.fs
+	if err := fs.checkDirect(k.buf, k.off); err != nil {
+		return 0, err
+	}
+	if len(k.buf) == 0 {
+		return 0, nil
+	}
+	fs.counters.DirectWrites.Add(1)
+	if (k.off|int64(len(k.buf)))&(fs.blockSize-1) != 0 {
+		return in.directWriteUnaligned(k)
+	}
+	return in.directWriteAligned(k)
+}
+
+// directWriteAligned writes whole blocks (xfs_file_dio_write_aligned): the
+// lock is shared unless the write checks need exclusive (a gap past EOF
+// to zero, privileges to strip, an append), and only appends keep it
+// exclusive during the I/O.
+func (in *inode) directWriteAligned(k *kiocb) (int, error) {
+	fs := in.fs
+	mode := iolock.Shared
+	if k.append {
+		mode = iolock.Exclusive
+	}
+	if !in.lockIO(mode, k.nowait) {
+		return 0, syscall.EAGAIN
+	}
+	mode, err := in.writeChecks(k, mode)
+	if err != nil {
+		in.io.Unlock(mode)
+		return 0, err
+	}
+	if mode == iolock.Exclusive && !k.append {
+		in.io.Demote()
+		mode = iolock.Shared
+	}
+	if mode == iolock.Shared {
+		fs.counters.LockSharedDirectWrite.Add(1)
+	} else {
+		fs.counters.LockExclDirectWrite.Add(1)
+	}
+	// An append keeps the lock exclusive until its size is published, so
+	// that the next appender sees it: appenders never overlap.
+	return in.submitDirectWrite(k, mode, k.append)
+}
+
+// directWriteUnaligned writes a sub-block range
+// (xfs_file_dio_write_unaligned, seed 000).
+//
+// Concurrent policy: a write that lies within EOF first runs under the
+// shared lock in overwrite-only mode: if its range is not covered by one
+// written extent (so that it would allocate, convert an unwritten extent or
+// zero part of a block) it fails with EAGAIN before doing anything, then
+// retries exclusive, drains in-flight direct I/O and completes
+// synchronously. A write that extends the file or touches its EOF block
+// goes exclusive at once. Classic policy: every sub-block write is
+// exclusive + drain + synchronous. NOWAIT callers get EAGAIN wherever the
+// exclusive route would be needed.
+func (in *inode) directWriteUnaligned(k *kiocb) (int, error) {
+	fs := in.fs
+	if fs.policy.OptimisticUnalignedWrites && !k.append {
+		size := in.size()
+		end := k.off + int64(len(k.buf))
+		if k.off <= size && end < size {
+			n, err := in.directWriteOverwriteOnly(k)
+			if err != syscall.EAGAIN || k.nowait {
+				return n, err
+			}
+			fs.counters.UnalignedEAGAINRetries.Add(1)
+		} else if k.nowait {
+			fs.counters.NoWaitEAGAIN.Add(1)
+			return 0, syscall.EAGAIN
+		}
+	} else if k.nowait {
+		fs.counters.NoWaitEAGAIN.Add(1)
+		return 0, syscall.EAGAIN
+	}
+	// The exclusive route.
+	in.io.Lock(iolock.Exclusive)
+	fs.counters.LockExclUnaligned.Add(1)
+	mode, err := in.writeChecks(k, iolock.Exclusive)
+	if err != nil {
+		in.io.Unlock(mode)
+		return 0, err
+	}
+	// This must be the only direct I/O in flight: a concurrent sub-block
+	// write into the same unwritten block would zero our bytes (or we
+	// theirs) before either conversion ran (IOMAP_DIO_FORCE_WAIT).
+	in.drain()
+	return in.submitDirectWrite(k, iolock.Exclusive, true)
+}
+
+// directWriteOverwriteOnly is the optimistic shared attempt of a sub-block
+// write (IOMAP_DIO_OVERWRITE_ONLY): EAGAIN, with nothing done, unless the
+// range lies within EOF and inside one written extent.
+func (in *inode) directWriteOverwriteOnly(k *kiocb) (int, error) {
+	fs := in.fs
+	if !in.lockIO(iolock.Shared, k.nowait) {
+		return 0, syscall.EAGAIN
+	}
+	fs.counters.LockSharedUnaligned.Add(1)
+	mode, err := in.writeChecks(k, iolock.Shared)
+	if err != nil {
+		in.io.Unlock(mode)
+		return 0, err
+	}
+	end := k.off + int64(len(k.buf))
+	in.mu.Lock()
+	ok := end <= int64(in.attr.Size)
+	if ok {
+		m, err := in.extentsLocked()
+		if err != nil {
+			in.mu.Unlock()
+			in.io.Unlock(mode)
+			return 0, err
+		}
+		first, nb := fs.blockRange(k.off, end)
+		var one [2]extmap.Segment
+		segs := m.Lookup(first, nb, one[:0])
+		ok = len(segs) == 1 && !segs[0].Hole && segs[0].State == meta.Written
+	}
+	in.mu.Unlock()
+	if !ok {
+		in.io.Unlock(mode)
+		return 0, syscall.EAGAIN
+	}
+	return in.submitDirectWrite(k, mode, mode == iolock.Exclusive)
+}
+
+// writeChecks is xfs_file_write_checks: it sets an append's position,
+// zeroes a gap between EOF and a write that starts past it (exclusive,
+// after draining, because completions in flight may still move EOF),
+// strips set-user-ID, set-group-ID and capabilities, and updates the
+// times. It may return holding the lock exclusive instead of mode (every
+// check is redone after the upgrade); with nowait it returns EAGAIN instead.
+func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
+	fs := in.fs
+	drained := false
+	for {
+		size := in.size()
+		if k.append {
+			k.off = size
+			if k.off+int64(len(k.buf)) > maxFileSize {
+				return mode, syscall.EFBIG
+			}
+			if k.direct && k.off%fs.ioUnit != 0 {
+				return mode, errnof(syscall.EINVAL, "O_DIRECT append at unaligned end of file %d", k.off)
+			}
+		}
+		needExcl := k.off > size || in.needsPrivStrip()
+		if needExcl && k.nowait {
+			fs.counters.NoWaitEAGAIN.Add(1)
+			return mode, syscall.EAGAIN
+		}
+		if needExcl && mode == iolock.Shared {
+			in.io.Unlock(iolock.Shared)
+			in.io.Lock(iolock.Exclusive)
+			mode = iolock.Exclusive
+			fs.counters.LockUpgrades.Add(1)
+			continue
+		}
+		if k.off > size && !drained {
+			in.drain()
+			drained = true
+			continue
+		}
+		if k.off > size {
+			if err := in.zeroEOFTail(size); err != nil {
+				return mode, err
+			}
+		}
+		if err := in.stripPrivs(); err != nil {
+			return mode, err
+		}
+		in.touchMtime()
+		return mode, nil
+	}
+}
+
+// touchMtime sets mtime and ctime to now, to be persisted at the next sync
+// point.
+func (in *inode) touchMtime() {
+	t := now()
+	in.mu.Lock()
+	in.attr.Mtime, in.attr.Ctime = t, t
+	in.attrDirty = true
+	in.mu.Unlock()
+	in.fs.markDirty(in)
+}
+
+// submitDirectWrite maps the range (allocating holes as unwritten), drops
+// cached pages, submits the device writes and arranges the completion.
+// The lock is released after submission, or after completion when wait is
+// set (the exclusive sub-block route and appends).
+//
+// Preconditions: in.io is held in mode; writeChecks ran.
+func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, error) {
+	fs := in.fs
+	end := k.off + int64(len(k.buf))
+	if k.nowait {
+		if dirty := in.pages.HasDirty(in.pageRange(k.off, end)); dirty {
+			in.io.Unlock(mode)
+			fs.counters.NoWaitEAGAIN.Add(1)
+			return 0, syscall.EAGAIN
+		}
+	}
+	if err := in.invalidateRange(k.off, end); err != nil {
+		in.io.Unlock(mode)
+		return 0, err
+	}
+	b := &ioBatch{}
+	conv, err := in.planWrite(k.buf, k.off, k.nowait, b)
+	if err != nil {
+		in.io.Unlock(mode)
+		return 0, err
+	}
+	c := newCompletion(k)
+	in.dioBegin()
+	b.finish = func(err error) {
+		finish := func() {
+			in.finishDirectWrite(k.off, end, conv, err)
+			if err == nil && k.dsync {
+				err = in.fs.group.sync()
+			}
+			if wait {
+				in.io.Unlock(mode)
+			}
+			if err != nil {
+				c.complete(0, err)
+			} else {
+				c.complete(len(k.buf), nil)
+			}
+		}
+		if len(conv) > 0 || k.dsync || end > in.size() || in.pages.Len() > 0 {
+			// Work that may block (a metadata commit, a sync, page
+			// invalidation) runs off the device's completion goroutine,
+			// like the kernel's s_dio_done_wq.
+			go finish()
+		} else {
+			finish()
+		}
+	}
+	b.submit(fs.dev)
+	if !wait {
+		in.io.Unlock(mode)
+	}
+	return c.wait()
+}
+
+// finishDirectWrite is the completion of a direct write, in the kernel's
+// order: convert unwritten extents (their data is on the device now), then
+// publish the new size (never shrinking: racing completions leave the
+// largest end), then drop cached pages of the range again (a buffered read
+// racing the write must not keep stale pages), then end the in-flight
+// count. The caller then syncs for O_DSYNC.
+func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, err error) {
+	fs := in.fs
+	if err == nil && (len(conv) > 0 || end > in.size()) {
+		in.mu.Lock()
+		cerr := fs.transact(func(t *txn) error {
+			epoch := fs.convEpoch.Load()
+			for _, r := range conv {
+				in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
+			}
+			if uint64(end) > in.attr.Size {
+				in.attr.Size = uint64(end)
+			}
+			t.putInode(&in.attr)
+			in.attrDirty = false
+			return nil
+		})
+		pending := in.ext.Pending()
+		in.mu.Unlock()
+		if pending {
+			fs.markDirty(in)
+		}
+		if cerr != nil {
+			err = cerr
+		}
+	}
+	if in.pages.Len() > 0 {
+		_ = in.invalidateRange(off, end)
+	}
+	in.dio.End()
+}
+
+// fileRange is a run of file blocks.
+type fileRange struct{ first, n uint64 }
+
+// planWrite maps the byte range [off, off+len(buf)) for a direct write and
+// adds the device writes to b. Holes are allocated first, as unwritten
+// extents, under the inode lock (never held across device I/O). Blocks in
+// written extents get exactly the caller's bytes. Blocks in unwritten
+// extents that the write covers only partly are written whole, with zeros
+// around the caller's bytes (head and tail zeroing), from a bounce buffer.
+// It returns the unwritten block ranges to convert at completion. With
+// nowait, a hole gives EAGAIN (allocation may block).
+func (in *inode) planWrite(buf []byte, off int64, nowait bool, b *ioBatch) ([]fileRange, error) {
+	fs := in.fs
+	end := off + int64(len(buf))
+	first, nb := fs.blockRange(off, end)
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		in.mu.Unlock()
+		return nil, err
+	}
+	segs := m.Lookup(first, nb, nil)
+	holes := false
+	for _, s := range segs {
+		holes = holes || s.Hole
+	}
+	if holes {
+		if nowait {
+			in.mu.Unlock()
+			fs.counters.NoWaitEAGAIN.Add(1)
+			return nil, syscall.EAGAIN
+		}
+		err := fs.transact(func(t *txn) error { return in.allocateLocked(t, first, nb) })
+		if err != nil {
+			in.mu.Unlock()
+			return nil, err
+		}
+		segs = m.Lookup(first, nb, segs[:0])
+	}
+	in.mu.Unlock()
+	var conv []fileRange
+	bs := fs.blockSize
+	for _, s := range segs {
+		lo, hi := fs.clip(s, off, end)
+		if s.State == meta.Written {
+			b.add(device.OpWrite, buf[lo-off:hi-off], fs.devOffset(s, lo))
+			continue
+		}
+		conv = append(conv, fileRange{s.FileBlock, s.Len})
+		// Head: a partial first block.
+		if lo%bs != 0 || hi-roundDown(lo, bs) < bs {
+			blk := roundDown(lo, bs)
+			bounce := device.AlignedBuf(int(bs))
+			bhi := min(hi, blk+bs)
+			copy(bounce[lo-blk:], buf[lo-off:bhi-off])
+			b.add(device.OpWrite, bounce, fs.devOffset(s, blk))
+			lo = blk + bs
+		}
+		if lo >= hi {
+			continue
+		}
+		// Middle: whole blocks straight from the caller's buffer.
+		if mid := roundDown(hi, bs); mid > lo {
+			b.add(device.OpWrite, buf[lo-off:mid-off], fs.devOffset(s, lo))
+			lo = mid
+		}
+		// Tail: a partial last block.
+		if lo < hi {
+			bounce := device.AlignedBuf(int(bs))
+			copy(bounce, buf[lo-off:hi-off])
+			b.add(device.OpWrite, bounce, fs.devOffset(s, lo))
+		}
+	}
+	return conv, nil
+}
+
+// allocateLocked maps every hole in file blocks [first, first+n) to newly
+// allocated device blocks, as unwritten extents, recording the changes in
+// t. On error nothing in core has changed.
+//
+// Preconditions: in.mu is held; called inside fs.transact.
+func (in *inode) allocateLocked(t *txn, first, n uint64) error {
+	fs := in.fs
+	m := in.ext
+	segs := m.Lookup(first, n, nil)
+	var need uint64
+	for _, s := range segs {
+		if s.Hole {
+			need += s.Len
+		}
+	}
+	if need == 0 {
+		return nil
+	}
+	if err := fs.alloc.Reserve(need); err != nil {
+		return syscall.ENOSPC
+	}
+	var done []extmap.Extent
+	undo := func() {
+		for _, e := range done {
+			m.Remove(e.FileBlock, e.Len, nil)
+			_ = fs.alloc.Cancel(allocExtent(e.DevBlock, e.Len))
+		}
+	}
+	rec := t.extents(in.ino)
+	for _, s := range segs {
+		if !s.Hole {
+			continue
+		}
+		fb, left := s.FileBlock, s.Len
+		for left > 0 {
+			e, err := fs.allocNear(in.allocHint(fb), left)
+			if err != nil {
+				_ = fs.alloc.Unreserve(left + holesAfter(segs, s))
+				undo()
+				return err
+			}
+			x := extmap.Extent{FileBlock: fb, DevBlock: uint64(e.Start), Len: e.Len, State: meta.Unwritten}
+			if err := m.Insert(x, rec); err != nil {
+				_ = fs.alloc.Cancel(e)
+				undo()
+				return eio(err)
+			}
+			done = append(done, x)
+			fs.counters.BlocksAllocated.Add(int64(e.Len))
+			fb += e.Len
+			left -= e.Len
+		}
+	}
+	t.putInode(&in.attr)
+	in.attrDirty = false
+	return nil
+}
+
+// holesAfter sums the hole lengths in segs after segment s.
+func holesAfter(segs []extmap.Segment, s extmap.Segment) uint64 {
+	var n uint64
+	for _, x := range segs {
+		if x.Hole && x.FileBlock > s.FileBlock {
+			n += x.Len
+		}
+	}
+	return n
+}
+
+// allocHint returns the device block a new extent at file block fb should
+// start at to stay contiguous with the file's previous block.
+//
+// Preconditions: in.mu is held.
+func (in *inode) allocHint(fb uint64) uint64 {
+	if fb > 0 {
+		var one [1]extmap.Segment
+		if s := in.ext.Lookup(fb-1, 1, one[:0]); len(s) == 1 && !s[0].Hole {
+			return s[0].DevBlock + 1
+		}
+	}
+	if end, ok := in.ext.LastBlock(); ok && end > 0 {
+		var one [1]extmap.Segment
+		if s := in.ext.Lookup(end-1, 1, one[:0]); len(s) == 1 && !s[0].Hole {
+			return s[0].DevBlock + 1
+		}
+	}
+	// Spread files over the device so that files written at once do not
+	// interleave their blocks.
+	span := in.fs.devBlocks - in.fs.dataStart
+	return in.fs.dataStart + (uint64(in.ino)*2654435761)%span
+}

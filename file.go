@@ -1,0 +1,450 @@
+package sluice
+
+import (
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// Open flags, as open(2). O_DIRECT and friends are spelled out because the
+// os package does not name them all.
+const (
+	O_RDONLY    = syscall.O_RDONLY
+	O_WRONLY    = syscall.O_WRONLY
+	O_RDWR      = syscall.O_RDWR
+	O_CREAT     = syscall.O_CREAT
+	O_EXCL      = syscall.O_EXCL
+	O_TRUNC     = syscall.O_TRUNC
+	O_APPEND    = syscall.O_APPEND
+	O_DIRECT    = syscall.O_DIRECT
+	O_SYNC      = syscall.O_SYNC
+	O_DSYNC     = syscall.O_DSYNC
+	O_DIRECTORY = syscall.O_DIRECTORY
+	O_NOFOLLOW  = syscall.O_NOFOLLOW
+	O_NOATIME   = syscall.O_NOATIME
+)
+
+// File is an open file (or directory). Its methods are safe for concurrent
+// use; ReadAt and WriteAt calls run in parallel as the I/O path allows.
+type File struct {
+	fs    *FS
+	in    *inode
+	name  string
+	flags int // open flags (immutable)
+
+	closed atomic.Bool
+	// ops counts calls in progress, so Close waits for them.
+	ops sync.WaitGroup
+
+	posMu sync.Mutex
+	pos   int64 // file position for Read, Write and Seek. Protected by posMu.
+}
+
+// OpenFile opens path with open(2) flags and, when it creates the file,
+// permission bits perm.
+func (fs *FS) OpenFile(path string, flag int, perm uint32) (*File, error) {
+	f, err := fs.openFile(path, flag, perm)
+	if err != nil {
+		return nil, pathErr("open", path, err)
+	}
+	return f, nil
+}
+
+// Create creates or truncates path, open for reading and writing.
+func (fs *FS) Create(path string) (*File, error) {
+	return fs.OpenFile(path, O_RDWR|O_CREAT|O_TRUNC, 0o644)
+}
+
+func (fs *FS) openFile(path string, flag int, perm uint32) (*File, error) {
+	if flag&O_CREAT != 0 && flag&O_DIRECTORY != 0 {
+		return nil, syscall.EINVAL
+	}
+	links := 0
+	dir, name, err := fs.walkFrom(RootIno, path, &links)
+	if err != nil {
+		return nil, err
+	}
+	var in *inode
+	if name == "." {
+		if flag&O_CREAT != 0 && flag&O_EXCL != 0 {
+			return nil, syscall.EEXIST
+		}
+		in, err = fs.getInode(dir)
+	} else if flag&O_CREAT != 0 {
+		var created bool
+		in, created, err = fs.create(dir, name, syscall.S_IFREG|perm&0o7777, fs.defaultOwner(), 0, nil, flag&O_EXCL != 0)
+		if err == nil && !created {
+			in.mu.Lock()
+			mode := in.attr.Mode
+			in.mu.Unlock()
+			if isSymlink(mode) {
+				// O_CREAT follows a final symlink (and creates nothing
+				// through a dangling one in this implementation).
+				fs.putInode(in)
+				in = nil
+				if flag&O_NOFOLLOW != 0 {
+					return nil, syscall.ELOOP
+				}
+				var ino Ino
+				ino, err = fs.followLink(dir, in0(fs, dir, name), &links)
+				if err == nil {
+					in, err = fs.getInode(ino)
+				}
+			}
+		}
+	} else {
+		var a Attr
+		a, err = fs.Lookup(dir, name)
+		if err == nil {
+			ino := a.Ino
+			if isSymlink(a.Mode) {
+				if flag&O_NOFOLLOW != 0 {
+					return nil, syscall.ELOOP
+				}
+				ino, err = fs.followLink(dir, a.Ino, &links)
+			}
+			if err == nil {
+				in, err = fs.getInode(ino)
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := fs.openInode(in, flag)
+	if err != nil {
+		fs.putInode(in)
+		return nil, err
+	}
+	f.name = path
+	return f, nil
+}
+
+// in0 looks up the inode number of name in dir (used after create found
+// an existing symlink).
+func in0(fs *FS, dir Ino, name string) Ino {
+	a, err := fs.Lookup(dir, name)
+	if err != nil {
+		return 0
+	}
+	return a.Ino
+}
+
+// OpenIno opens inode ino with open(2) flags (no O_CREAT): what the FUSE
+// adapter calls.
+func (fs *FS) OpenIno(ino Ino, flag int) (*File, error) {
+	in, err := fs.getInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	f, err := fs.openInode(in, flag&^(O_CREAT|O_EXCL))
+	if err != nil {
+		fs.putInode(in)
+		return nil, err
+	}
+	return f, nil
+}
+
+// CreateIno creates name in parent and opens it (the FUSE create call).
+func (fs *FS) CreateIno(parent Ino, name string, flag int, mode uint32, owner Owner) (*File, Attr, error) {
+	in, _, err := fs.create(parent, name, syscall.S_IFREG|mode&0o7777, owner, 0, nil, flag&O_EXCL != 0)
+	if err != nil {
+		return nil, Attr{}, err
+	}
+	f, err := fs.openInode(in, flag)
+	if err != nil {
+		fs.putInode(in)
+		return nil, Attr{}, err
+	}
+	a, err := in.getattr()
+	if err != nil {
+		f.Close()
+		return nil, Attr{}, err
+	}
+	return f, a, nil
+}
+
+// openInode checks flag against in and returns a File that owns the
+// caller's reference to in.
+func (fs *FS) openInode(in *inode, flag int) (*File, error) {
+	in.mu.Lock()
+	mode, nlink := in.attr.Mode, in.attr.Nlink
+	in.mu.Unlock()
+	acc := flag & syscall.O_ACCMODE
+	if acc == 3 {
+		return nil, syscall.EINVAL
+	}
+	switch {
+	case nlink == 0 && !isDir(mode):
+		// Reachable by inode number only (FUSE); it still works.
+	case isDir(mode) && (acc != O_RDONLY || flag&O_TRUNC != 0):
+		return nil, syscall.EISDIR
+	case !isDir(mode) && flag&O_DIRECTORY != 0:
+		return nil, syscall.ENOTDIR
+	case isSymlink(mode):
+		return nil, syscall.ELOOP
+	}
+	if acc != O_RDONLY || flag&O_TRUNC != 0 {
+		if err := fs.writable(); err != nil {
+			return nil, err
+		}
+	}
+	if flag&O_TRUNC != 0 && isReg(mode) && acc != O_RDONLY {
+		if err := in.truncate(0); err != nil {
+			return nil, err
+		}
+	}
+	fs.icache.mu.Lock()
+	in.opens++
+	fs.icache.mu.Unlock()
+	return &File{fs: fs, in: in, flags: flag}, nil
+}
+
+// Name returns the path the file was opened by (empty when opened by inode
+// number).
+func (f *File) Name() string { return f.name }
+
+// Ino returns the file's inode number.
+func (f *File) Ino() Ino { return f.in.ino }
+
+// Flags returns the flags the file was opened with.
+func (f *File) Flags() int { return f.flags }
+
+// begin marks a call in progress; it fails with EBADF on a closed file.
+func (f *File) begin() error {
+	f.ops.Add(1)
+	if f.closed.Load() {
+		f.ops.Done()
+		return syscall.EBADF
+	}
+	return nil
+}
+
+func (f *File) end() { f.ops.Done() }
+
+func (f *File) readable() bool { return f.flags&syscall.O_ACCMODE != O_WRONLY }
+func (f *File) writable() bool { return f.flags&syscall.O_ACCMODE != O_RDONLY }
+
+// Close releases the file. Calls in progress finish first. Unlinked files
+// are freed at the last close.
+func (f *File) Close() error {
+	if f.closed.Swap(true) {
+		return pathErr("close", f.name, syscall.EBADF)
+	}
+	f.ops.Wait()
+	fs := f.fs
+	fs.icache.mu.Lock()
+	f.in.opens--
+	fs.icache.mu.Unlock()
+	fs.putInode(f.in)
+	return nil
+}
+
+// Stat returns the file's attributes.
+func (f *File) Stat() (Attr, error) {
+	if err := f.begin(); err != nil {
+		return Attr{}, pathErr("stat", f.name, err)
+	}
+	defer f.end()
+	a, err := f.in.getattr()
+	return a, pathErr("stat", f.name, err)
+}
+
+// ReadDir lists the directory the file is open on.
+func (f *File) ReadDir() ([]DirEntry, error) {
+	if err := f.begin(); err != nil {
+		return nil, pathErr("readdir", f.name, err)
+	}
+	defer f.end()
+	ents, err := f.fs.ReadDirIno(f.in.ino)
+	return ents, pathErr("readdir", f.name, err)
+}
+
+// RWFlags modify one read or write, as preadv2(2) and pwritev2(2) flags do.
+type RWFlags uint32
+
+const (
+	// RWFNoWait returns EAGAIN instead of blocking (RWF_NOWAIT): for a lock
+	// held in a conflicting mode, an allocation, a page under I/O, a drain.
+	RWFNoWait RWFlags = 1 << iota
+	// RWFDsync makes a write durable before it returns, as O_DSYNC.
+	RWFDsync
+	// RWFSync is RWFDsync plus the file's metadata, as O_SYNC.
+	RWFSync
+	// RWFAppend writes at the end of the file, as O_APPEND.
+	RWFAppend
+)
+
+// ReadAt reads len(p) bytes at off, as os.File.ReadAt: fewer bytes only at
+// end of file, with io.EOF.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.Pread(p, off, 0)
+	if err == nil && n < len(p) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// Pread reads up to len(p) bytes at off, as pread(2) (or preadv2 with
+// flags): a short count at end of file, no io.EOF.
+func (f *File) Pread(p []byte, off int64, flags RWFlags) (int, error) {
+	if err := f.begin(); err != nil {
+		return 0, pathErr("read", f.name, err)
+	}
+	defer f.end()
+	n, err := f.pread(p, off, flags)
+	return n, pathErr("read", f.name, err)
+}
+
+// WriteAt writes p at off, as pwrite(2). On a file opened O_APPEND it
+// appends, as Linux does.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	return f.Pwrite(p, off, 0)
+}
+
+// Pwrite writes p at off with pwritev2(2) flags.
+func (f *File) Pwrite(p []byte, off int64, flags RWFlags) (int, error) {
+	if err := f.begin(); err != nil {
+		return 0, pathErr("write", f.name, err)
+	}
+	defer f.end()
+	n, err := f.pwrite(p, off, flags)
+	return n, pathErr("write", f.name, err)
+}
+
+// Read reads from the file position, as read(2).
+func (f *File) Read(p []byte) (int, error) {
+	f.posMu.Lock()
+	defer f.posMu.Unlock()
+	n, err := f.Pread(p, f.pos, 0)
+	f.pos += int64(n)
+	if err == nil && n == 0 && len(p) > 0 {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// Write writes at the file position (at the end with O_APPEND), as
+// write(2).
+func (f *File) Write(p []byte) (int, error) {
+	f.posMu.Lock()
+	defer f.posMu.Unlock()
+	if err := f.begin(); err != nil {
+		return 0, pathErr("write", f.name, err)
+	}
+	defer f.end()
+	k := f.newKiocb(p, f.pos, 0)
+	n, err := f.in.write(k)
+	f.pos = k.off + int64(n)
+	return n, pathErr("write", f.name, err)
+}
+
+// Seek sets the file position, as lseek(2), including SEEK_DATA (3) and
+// SEEK_HOLE (4).
+func (f *File) Seek(off int64, whence int) (int64, error) {
+	if err := f.begin(); err != nil {
+		return 0, pathErr("seek", f.name, err)
+	}
+	defer f.end()
+	f.posMu.Lock()
+	defer f.posMu.Unlock()
+	var pos int64
+	var err error
+	switch whence {
+	case io.SeekStart:
+		pos = off
+	case io.SeekCurrent:
+		pos = f.pos + off
+	case io.SeekEnd:
+		a, e := f.in.getattr()
+		pos, err = a.Size+off, e
+	case SeekData, SeekHole:
+		pos, err = f.in.seekData(off, whence == SeekData)
+	default:
+		err = syscall.EINVAL
+	}
+	if err == nil && pos < 0 {
+		err = syscall.EINVAL
+	}
+	if err != nil {
+		return 0, pathErr("seek", f.name, err)
+	}
+	f.pos = pos
+	return pos, nil
+}
+
+// SEEK_DATA and SEEK_HOLE whence values.
+const (
+	SeekData = 3
+	SeekHole = 4
+)
+
+// Sync is Fsync, for io-style callers.
+func (f *File) Sync() error { return f.Fsync() }
+
+// Fsync writes back the file's dirty pages, flushes the device, then makes
+// the metadata durable: after it returns, the file's data and attributes
+// and every committed namespace change survive a crash.
+func (f *File) Fsync() error {
+	if err := f.begin(); err != nil {
+		return pathErr("fsync", f.name, err)
+	}
+	defer f.end()
+	return pathErr("fsync", f.name, f.in.fsync())
+}
+
+// Fdatasync is Fsync without the promise for attributes that are not
+// needed to read the data back. (It currently does the same work.)
+func (f *File) Fdatasync() error {
+	if err := f.begin(); err != nil {
+		return pathErr("fdatasync", f.name, err)
+	}
+	defer f.end()
+	return pathErr("fdatasync", f.name, f.in.fsync())
+}
+
+// Truncate sets the file's size.
+func (f *File) Truncate(size int64) error {
+	if err := f.begin(); err != nil {
+		return pathErr("truncate", f.name, err)
+	}
+	defer f.end()
+	var err error
+	switch {
+	case !f.writable():
+		err = syscall.EINVAL
+	case size < 0:
+		err = syscall.EINVAL
+	default:
+		err = f.in.truncate(size)
+	}
+	return pathErr("truncate", f.name, err)
+}
+
+// Fallocate flags, as fallocate(2).
+const (
+	FallocKeepSize  = 0x01 // FALLOC_FL_KEEP_SIZE
+	FallocPunchHole = 0x02 // FALLOC_FL_PUNCH_HOLE (with KEEP_SIZE)
+	FallocZeroRange = 0x10 // FALLOC_FL_ZERO_RANGE
+)
+
+// Fallocate allocates, punches or zeroes [off, off+n) as fallocate(2).
+func (f *File) Fallocate(mode uint32, off, n int64) error {
+	if err := f.begin(); err != nil {
+		return pathErr("fallocate", f.name, err)
+	}
+	defer f.end()
+	var err error
+	if !f.writable() {
+		err = syscall.EBADF
+	} else {
+		err = f.in.fallocate(mode, off, n)
+	}
+	return pathErr("fallocate", f.name, err)
+}
+
+var _ io.ReaderAt = (*File)(nil)
+var _ io.WriterAt = (*File)(nil)
+var _ = os.ErrClosed

@@ -1,0 +1,209 @@
+package sluice
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/iolock"
+	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/pagecache"
+)
+
+// inode is the in-core inode. Every in-core inode is in fs.icache.m.
+//
+// Its in-core state is authoritative; the metadata lags behind it in two
+// ways only: attributes changed by data writes (size, times) are persisted
+// at the next sync point, and extents converted to written are persisted as
+// written only once their data is known durable (extmap epochs). Both are
+// tracked through fs.dirty.
+type inode struct {
+	fs  *FS
+	ino meta.Ino // Immutable.
+
+	// io is the I/O lock (the kernel's i_rwsem / XFS IOLOCK): it admits
+	// data operations; see the iolock package for which takes which mode.
+	io iolock.Lock
+	// dio counts direct I/Os in flight (inode_dio_begin/end/wait).
+	dio iolock.DIO
+
+	// pages is the file's page cache. Immutable (the cache itself is
+	// concurrency-safe).
+	pages *pagecache.Mapping
+
+	// mu is the short-held inode lock (XFS ILOCK): it guards the fields
+	// below and is never held across device I/O.
+	mu sync.Mutex
+	// attr holds the attributes; attr.Size is the published size.
+	// Protected by mu.
+	attr meta.Inode
+	// ext is the extent map of a regular file, loaded on first use.
+	// Protected by mu.
+	ext *extmap.Map
+	// attrDirty says attr differs from the persisted record.
+	// Protected by mu.
+	attrDirty bool
+	// privChecked says privileged is known: whether a write must strip
+	// set-user-ID, set-group-ID or capabilities (the kernel's !IS_NOSEC).
+	// Protected by mu.
+	privChecked, privileged bool
+
+	// ra is the sequential-read state for readahead.
+	ra readaheadState
+
+	// Protected by fs.icache.mu.
+	refs  int  // holders: open files and operations in progress
+	opens int  // open File handles
+	gone  bool // freed: the inode no longer exists
+}
+
+// getInode returns the in-core inode ino with a reference taken, loading it
+// from the metadata if needed. The caller must putInode it.
+func (fs *FS) getInode(ino meta.Ino) (*inode, error) {
+	fs.icache.mu.Lock()
+	if in, ok := fs.icache.m[ino]; ok {
+		in.refs++
+		fs.icache.mu.Unlock()
+		return in, nil
+	}
+	fs.icache.mu.Unlock()
+	v, err := fs.kv.Get(meta.InodeKey(ino))
+	if errors.Is(err, meta.ErrNotFound) {
+		return nil, syscall.ENOENT
+	}
+	if err != nil {
+		return nil, eio(err)
+	}
+	rec, err := meta.DecodeInode(v)
+	if err != nil {
+		return nil, eio(err)
+	}
+	if rec.Ino != ino {
+		return nil, eio(fmt.Errorf("inode record %d names inode %d: %w", ino, rec.Ino, meta.ErrCorrupt))
+	}
+	fresh := &inode{fs: fs, ino: ino, attr: *rec}
+	fs.icache.mu.Lock()
+	defer fs.icache.mu.Unlock()
+	if in, ok := fs.icache.m[ino]; ok { // lost a race with another loader
+		in.refs++
+		return in, nil
+	}
+	fresh.pages = fs.cache.NewMapping(fresh)
+	fresh.refs = 1
+	fs.icache.m[ino] = fresh
+	return fresh, nil
+}
+
+// putInode drops a reference. An unreferenced inode that is clean leaves
+// the cache; one with nlink 0 is freed.
+func (fs *FS) putInode(in *inode) {
+	fs.icache.mu.Lock()
+	in.refs--
+	if in.refs > 0 {
+		fs.icache.mu.Unlock()
+		return
+	}
+	fs.icache.mu.Unlock()
+	in.mu.Lock()
+	nlink := in.attr.Nlink
+	in.mu.Unlock()
+	if nlink == 0 {
+		fs.freeInode(in)
+		return
+	}
+	fs.maybeEvict(in)
+}
+
+// maybeEvict removes in from the cache if nobody holds it and it has
+// nothing unpersisted (no dirty pages, attributes or pending conversions).
+func (fs *FS) maybeEvict(in *inode) {
+	fs.icache.mu.Lock()
+	defer fs.icache.mu.Unlock()
+	if in.refs > 0 || in.gone || fs.icache.m[in.ino] != in {
+		return
+	}
+	in.mu.Lock()
+	clean := !in.attrDirty && (in.ext == nil || !in.ext.Pending())
+	in.mu.Unlock()
+	if !clean || !in.pages.Evictable() {
+		return
+	}
+	in.pages.Drop()
+	delete(fs.icache.m, in.ino)
+}
+
+// extentsLocked returns the extent map, loading it on first use.
+//
+// Preconditions: in.mu is held.
+func (in *inode) extentsLocked() (*extmap.Map, error) {
+	if in.ext != nil {
+		return in.ext, nil
+	}
+	var recs []meta.Extent
+	start, end := meta.ExtentPrefix(in.ino)
+	err := in.fs.kv.Scan(start, end, func(k, v []byte) error {
+		_, e, err := meta.DecodeExtent(k, v)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, e)
+		return nil
+	})
+	if err != nil {
+		return nil, eio(err)
+	}
+	m, err := extmap.Load(recs)
+	if err != nil {
+		return nil, eio(fmt.Errorf("inode %d: %w", in.ino, err))
+	}
+	in.ext = m
+	return m, nil
+}
+
+// persist writes in's attributes if they are dirty and marks its
+// conversions stamped <= epoch durable, in one transaction. Called by the
+// sync point after the device flush.
+func (in *inode) persist(epoch uint64) error {
+	fs := in.fs
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	fs.icache.mu.Lock()
+	gone := in.gone
+	fs.icache.mu.Unlock()
+	if gone {
+		fs.dirty.mu.Lock()
+		delete(fs.dirty.set, in)
+		fs.dirty.mu.Unlock()
+		return nil
+	}
+	err := fs.transact(func(t *txn) error {
+		if in.ext != nil && in.ext.Pending() {
+			in.ext.MarkDurable(epoch, t.extents(in.ino))
+		}
+		if in.attrDirty {
+			t.putInode(&in.attr)
+			in.attrDirty = false
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if in.ext == nil || !in.ext.Pending() {
+		fs.dirty.mu.Lock()
+		delete(fs.dirty.set, in)
+		fs.dirty.mu.Unlock()
+	}
+	return nil
+}
+
+// now returns the current time in the metadata's unit.
+func now() int64 { return time.Now().UnixNano() }
+
+// isDir and friends test the file type of a mode.
+func isDir(mode uint32) bool     { return mode&syscall.S_IFMT == syscall.S_IFDIR }
+func isReg(mode uint32) bool     { return mode&syscall.S_IFMT == syscall.S_IFREG }
+func isSymlink(mode uint32) bool { return mode&syscall.S_IFMT == syscall.S_IFLNK }

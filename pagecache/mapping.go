@@ -1,0 +1,316 @@
+package pagecache
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Mapping holds the cached pages of one file (the kernel's address_space).
+type Mapping struct {
+	c *Cache
+	// Owner is the engine's object for the file. Immutable.
+	Owner any
+
+	mu sync.Mutex
+	// pages maps index to page. Protected by mu.
+	pages map[uint64]*Page
+	// wbErr is the first writeback error not yet reported. Protected by mu.
+	wbErr error
+
+	ndirty atomic.Int64 // dirty pages
+}
+
+// NewMapping returns an empty mapping for a file.
+func (c *Cache) NewMapping(owner any) *Mapping {
+	m := &Mapping{c: c, Owner: owner, pages: map[uint64]*Page{}}
+	c.mu.Lock()
+	c.mappings[m] = struct{}{}
+	c.mu.Unlock()
+	return m
+}
+
+// Len returns the number of cached pages.
+func (m *Mapping) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pages)
+}
+
+// DirtyCount returns the number of dirty pages.
+func (m *Mapping) DirtyCount() int64 { return m.ndirty.Load() }
+
+// Get returns page idx with a reference taken, or nil. Release it.
+func (m *Mapping) Get(idx uint64) *Page {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pages[idx]
+	if p != nil {
+		p.mu.Lock()
+		p.refs++
+		p.mu.Unlock()
+	}
+	return p
+}
+
+// GetOrCreate returns page idx with a reference taken. A page it creates
+// is locked and not uptodate, and created is true: the caller fills it (or
+// marks it) and unlocks it. When the cache is full it evicts, or waits for
+// room; with nowait it fails with ErrNoRoom instead of waiting.
+func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, err error) {
+	if p := m.Get(idx); p != nil {
+		return p, false, nil
+	}
+	c := m.c
+	c.mu.Lock()
+	buf, err := c.getBufferLocked(nowait)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, false, err
+	}
+	m.mu.Lock()
+	if p := m.pages[idx]; p != nil { // lost a race
+		p.mu.Lock()
+		p.refs++
+		p.mu.Unlock()
+		m.mu.Unlock()
+		c.mu.Lock()
+		c.free = append(c.free, buf)
+		c.roomCond.Broadcast()
+		c.mu.Unlock()
+		return p, false, nil
+	}
+	clear(buf)
+	p = &Page{m: m, Index: idx, Data: buf, refs: 1, flags: flagLocked}
+	m.pages[idx] = p
+	c.mu.Lock()
+	c.pages++
+	c.locked++
+	c.mu.Unlock()
+	m.mu.Unlock()
+	c.stats.created.Add(1)
+	return p, true, nil
+}
+
+// Release drops a reference from Get, GetOrCreate or Range.
+func (m *Mapping) Release(p *Page) {
+	p.mu.Lock()
+	p.refs--
+	if p.refs == 0 && p.removed && p.Data != nil {
+		c := m.c
+		buf := p.Data
+		p.Data = nil
+		c.mu.Lock()
+		c.free = append(c.free, buf)
+		c.roomCond.Broadcast()
+		c.mu.Unlock()
+	} else {
+		p.maybeLRULocked()
+	}
+	p.mu.Unlock()
+}
+
+// Range returns the pages with index in [first, last], in index order,
+// each with a reference taken.
+func (m *Mapping) Range(first, last uint64) []*Page {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Page
+	if last-first < uint64(len(m.pages)) {
+		for i := first; ; i++ {
+			if p := m.pages[i]; p != nil {
+				out = append(out, p)
+			}
+			if i == last {
+				break
+			}
+		}
+	} else {
+		for i, p := range m.pages {
+			if i >= first && i <= last {
+				out = append(out, p)
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	}
+	for _, p := range out {
+		p.mu.Lock()
+		p.refs++
+		p.mu.Unlock()
+	}
+	return out
+}
+
+// ReleaseAll releases every page of ps.
+func (m *Mapping) ReleaseAll(ps []*Page) {
+	for _, p := range ps {
+		m.Release(p)
+	}
+}
+
+// Remove takes page p out of the mapping: later lookups miss it, and
+// waiters that retry look it up again. Its dirty state is dropped (the
+// caller wrote it back or no longer wants it).
+//
+// Preconditions: p is locked and referenced by the caller.
+func (m *Mapping) Remove(p *Page) {
+	m.mu.Lock()
+	p.mu.Lock()
+	if !p.removed {
+		p.removed = true
+		if m.pages[p.Index] == p {
+			delete(m.pages, p.Index)
+		}
+		c := m.c
+		c.mu.Lock()
+		c.pages--
+		if p.flags&flagDirty != 0 {
+			p.flags &^= flagDirty
+			m.ndirty.Add(-1)
+			c.dirty--
+		}
+		if p.lruElem != nil {
+			c.lru.Remove(p.lruElem)
+			p.lruElem = nil
+		}
+		c.roomCond.Broadcast()
+		c.mu.Unlock()
+		c.stats.removed.Add(1)
+	}
+	p.mu.Unlock()
+	m.mu.Unlock()
+}
+
+// HasDirty reports whether any page in [first, last] is dirty or under
+// writeback.
+func (m *Mapping) HasDirty(first, last uint64) bool {
+	if m.ndirty.Load() == 0 && !m.anyWriteback() {
+		return false
+	}
+	ps := m.Range(first, last)
+	defer m.ReleaseAll(ps)
+	for _, p := range ps {
+		if p.has(flagDirty | flagWriteback) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Mapping) anyWriteback() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pages {
+		if p.has(flagWriteback) {
+			return true
+		}
+	}
+	return false
+}
+
+// OldestDirty returns when the longest-dirty page became dirty (zero time
+// if none is).
+func (m *Mapping) OldestDirty() time.Time {
+	if m.ndirty.Load() == 0 {
+		return time.Time{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var oldest time.Time
+	for _, p := range m.pages {
+		p.mu.Lock()
+		if p.flags&flagDirty != 0 && (oldest.IsZero() || p.dirtiedAt.Before(oldest)) {
+			oldest = p.dirtiedAt
+		}
+		p.mu.Unlock()
+	}
+	return oldest
+}
+
+// DirtyIndexes returns the indexes of dirty pages in [first, last], in
+// order.
+func (m *Mapping) DirtyIndexes(first, last uint64) []uint64 {
+	if m.ndirty.Load() == 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []uint64
+	for i, p := range m.pages {
+		if i < first || i > last {
+			continue
+		}
+		p.mu.Lock()
+		if p.flags&flagDirty != 0 {
+			out = append(out, i)
+		}
+		p.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// Evictable reports whether the mapping holds nothing that must be kept:
+// no dirty, locked, under-writeback or referenced page.
+func (m *Mapping) Evictable() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range m.pages {
+		p.mu.Lock()
+		busy := p.refs > 0 || p.flags&(flagLocked|flagDirty|flagWriteback) != 0
+		p.mu.Unlock()
+		if busy {
+			return false
+		}
+	}
+	return true
+}
+
+// Drop removes every page (all clean and unreferenced: see Evictable) and
+// forgets the mapping.
+func (m *Mapping) Drop() {
+	m.mu.Lock()
+	c := m.c
+	for i, p := range m.pages {
+		p.mu.Lock()
+		p.removed = true
+		c.mu.Lock()
+		if p.lruElem != nil {
+			c.lru.Remove(p.lruElem)
+			p.lruElem = nil
+		}
+		c.pages--
+		if p.refs == 0 && p.Data != nil {
+			c.free = append(c.free, p.Data)
+			p.Data = nil
+		}
+		c.mu.Unlock()
+		p.mu.Unlock()
+		delete(m.pages, i)
+	}
+	m.mu.Unlock()
+	c.mu.Lock()
+	delete(c.mappings, m)
+	c.roomCond.Broadcast()
+	c.mu.Unlock()
+}
+
+// setError records a writeback error for the next TakeError.
+func (m *Mapping) setError(err error) {
+	m.mu.Lock()
+	if m.wbErr == nil {
+		m.wbErr = err
+	}
+	m.mu.Unlock()
+}
+
+// TakeError returns and clears the first writeback error since the last
+// call (what Fsync reports).
+func (m *Mapping) TakeError() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	err := m.wbErr
+	m.wbErr = nil
+	return err
+}

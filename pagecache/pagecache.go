@@ -1,0 +1,340 @@
+// Package pagecache is sluice's page cache: per-file pages of file data in
+// bounded memory, with the page states and waiters that buffered I/O, the
+// read-before-write rule (seed 004) and async buffered reads (seed 003)
+// are built on. It does no I/O itself: the engine reads pages in and writes
+// them back, and drives eviction pressure and writeback through the hooks
+// here.
+//
+// # Pages and their states
+//
+// A Page caches PageSize bytes of one file at index i (bytes [i*PageSize,
+// (i+1)*PageSize)). Its state bits:
+//
+//	uptodate   every byte of Data is the file's current content
+//	locked     someone owns the page: I/O into it is in flight, or a writer
+//	           is changing it; others wait (or arm a callback) for unlock
+//	dirty      some bytes are newer than the device; written back later
+//	writeback  a writeback of the page is in flight (the page is unlocked)
+//	partial    not uptodate, but a write is pending on [ValidFrom, ValidTo):
+//	           those bytes are valid and dirty, the rest were never read
+//	removed    truncated or invalidated: no longer in its mapping
+//
+// Uptodate pages are read without the lock. A page is locked to read it in,
+// to change its bytes or state, and to remove it.
+//
+// # Waiters
+//
+// Waiting for a page's unlock is either blocking (Lock, WaitUnlocked) or a
+// callback (LockAsync): the callback is queued before the trylock, under the
+// page's mutex, so an unlock between the two is never lost (the kernel's
+// __folio_lock_async). Waiters are per page, so a wake-up for another page
+// never reaches them. A callback does not inherit the lock: it re-issues
+// the whole operation, which looks the page up again (so a page removed
+// meanwhile is simply not found) and finds a read error in Err instead of
+// looping.
+//
+// # Memory
+//
+// The cache holds at most CapacityBytes of page data (page buffers come
+// from a free list, carved out of aligned slabs, and never exceed the
+// capacity). A new page evicts the least recently used clean, unlocked,
+// unreferenced page when the cache is full; when every page is dirty,
+// locked or referenced, the creator waits (after kicking the engine's
+// flusher) until one becomes evictable. Writers call ThrottleDirty, which
+// waits while dirty pages exceed DirtyRatio of the capacity.
+//
+// # Lock order
+//
+//	Page lock (a state bit; may be held across I/O)
+//	  Mapping.mu
+//	    Page.mu (state and waiters)
+//	      Cache.mu (LRU, counts)
+//
+// Eviction holds Cache.mu and only try-locks a Mapping.mu and a Page.mu.
+package pagecache
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// ErrClosed is returned by operations on a closed cache.
+var ErrClosed = errors.New("page cache closed")
+
+// Options configures a Cache.
+type Options struct {
+	// CapacityBytes caps the page data held. The default value is 256 MiB.
+	CapacityBytes int64
+	// PageSize is the size of a page: a power of two from 512 B. The
+	// default value is 4096.
+	PageSize int
+	// DirtyRatio is the fraction of the capacity that may be dirty before
+	// ThrottleDirty makes writers wait. The default value is 0.5.
+	DirtyRatio float64
+}
+
+// Cache is the page cache shared by every file of a file system.
+type Cache struct {
+	pageSize  int
+	maxPages  int64
+	maxDirty  int64
+	slabPages int
+
+	mu sync.Mutex
+	// Protected by mu.
+	lru      list.List // clean, unlocked, unreferenced pages; front = oldest
+	free     [][]byte  // page buffers ready for reuse
+	buffers  int64     // page buffers in existence (free or in use)
+	pages    int64     // pages in mappings
+	dirty    int64     // dirty (or partial) pages
+	locked   int64     // locked pages (I/O or change in progress)
+	mappings map[*Mapping]struct{}
+	closed   bool
+	roomCond sync.Cond // signalled when a page may have become evictable or dirty fell
+
+	kick chan struct{}
+
+	stats struct {
+		evictions, throttles, roomWaits, created, removed atomic.Int64
+	}
+}
+
+// New returns an empty cache.
+func New(o Options) *Cache {
+	if o.CapacityBytes == 0 {
+		o.CapacityBytes = 256 << 20
+	}
+	if o.PageSize == 0 {
+		o.PageSize = 4096
+	}
+	if o.DirtyRatio == 0 {
+		o.DirtyRatio = 0.5
+	}
+	c := &Cache{
+		pageSize: o.PageSize,
+		maxPages: max(o.CapacityBytes/int64(o.PageSize), 16),
+		kick:     make(chan struct{}, 1),
+		mappings: map[*Mapping]struct{}{},
+	}
+	c.maxDirty = max(int64(float64(c.maxPages)*o.DirtyRatio), 1)
+	c.slabPages = max(1, min(64, int(c.maxPages/16)))
+	c.roomCond.L = &c.mu
+	return c
+}
+
+// PageSize returns the page size.
+func (c *Cache) PageSize() int { return c.pageSize }
+
+// Close wakes every waiter; later page creations fail with ErrClosed.
+func (c *Cache) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.roomCond.Broadcast()
+	c.mu.Unlock()
+}
+
+// Kick returns the channel the cache signals when the engine's flusher
+// should write back: dirty pages over the limit, or no room for a new page.
+func (c *Cache) Kick() <-chan struct{} { return c.kick }
+
+func (c *Cache) kickFlusher() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Stats is a snapshot of the cache's counters.
+type Stats struct {
+	Pages, DirtyPages, LockedPages, Buffers, CapacityPages int64
+	Bytes                                                  int64
+	Evictions, Throttles, RoomWaits, Created, Removed      int64
+}
+
+// Values returns the stats by name, for metrics.
+func (s Stats) Values() map[string]int64 {
+	return map[string]int64{
+		"Pages": s.Pages, "DirtyPages": s.DirtyPages, "LockedPages": s.LockedPages,
+		"Bytes": s.Bytes, "Buffers": s.Buffers, "CapacityPages": s.CapacityPages,
+		"Evictions": s.Evictions, "Throttles": s.Throttles, "RoomWaits": s.RoomWaits,
+		"PagesCreated": s.Created, "PagesRemoved": s.Removed,
+	}
+}
+
+// Stats returns the current counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{
+		Pages: c.pages, DirtyPages: c.dirty, LockedPages: c.locked, Buffers: c.buffers,
+		CapacityPages: c.maxPages, Bytes: c.pages * int64(c.pageSize),
+		Evictions: c.stats.evictions.Load(), Throttles: c.stats.throttles.Load(),
+		RoomWaits: c.stats.roomWaits.Load(), Created: c.stats.created.Load(), Removed: c.stats.removed.Load(),
+	}
+}
+
+// OverDirtyLimit reports whether dirty pages exceed the dirty limit.
+func (c *Cache) OverDirtyLimit() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dirty > c.maxDirty
+}
+
+// ThrottleDirty makes a writer wait while dirty pages exceed the limit,
+// kicking the flusher (balance_dirty_pages). It returns at once when the
+// cache is below the limit.
+func (c *Cache) ThrottleDirty() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dirty <= c.maxDirty {
+		return
+	}
+	c.stats.throttles.Add(1)
+	for c.dirty > c.maxDirty && !c.closed {
+		c.kickFlusher()
+		c.waitRoomLocked()
+	}
+}
+
+// waitRoomLocked waits for a state change that may make room, with a
+// timeout so that a missed kick cannot hang a writer.
+//
+// Preconditions: c.mu is held.
+func (c *Cache) waitRoomLocked() {
+	t := time.AfterFunc(100*time.Millisecond, func() {
+		c.mu.Lock()
+		c.roomCond.Broadcast()
+		c.mu.Unlock()
+	})
+	c.roomCond.Wait()
+	t.Stop()
+}
+
+// DirtyMappings returns the mappings that hold dirty pages, oldest first
+// dirtied first.
+func (c *Cache) DirtyMappings() []*Mapping {
+	c.mu.Lock()
+	var out []*Mapping
+	for m := range c.mappings {
+		out = append(out, m)
+	}
+	c.mu.Unlock()
+	var dirty []*Mapping
+	for _, m := range out {
+		if m.DirtyCount() > 0 {
+			dirty = append(dirty, m)
+		}
+	}
+	sort.Slice(dirty, func(i, j int) bool { return dirty[i].OldestDirty().Before(dirty[j].OldestDirty()) })
+	return dirty
+}
+
+// getBuffer returns a page buffer, evicting a clean page or waiting for
+// room when the cache is full.
+//
+// Preconditions: c.mu is held.
+func (c *Cache) getBufferLocked(nowait bool) ([]byte, error) {
+	waited := false
+	for {
+		if c.closed {
+			return nil, ErrClosed
+		}
+		if n := len(c.free); n > 0 && c.pages < c.maxPages {
+			b := c.free[n-1]
+			c.free = c.free[:n-1]
+			return b, nil
+		}
+		if c.pages < c.maxPages && c.buffers < c.maxPages {
+			c.growLocked()
+			continue
+		}
+		if c.evictOneLocked() {
+			continue
+		}
+		if nowait {
+			return nil, errNoRoom
+		}
+		if !waited {
+			c.stats.roomWaits.Add(1)
+			waited = true
+		}
+		c.kickFlusher()
+		c.waitRoomLocked()
+	}
+}
+
+// errNoRoom is returned to nowait creators when the cache is full of pages
+// that cannot be evicted.
+var errNoRoom = errors.New("page cache full")
+
+// ErrNoRoom is errNoRoom, for callers that test for it.
+var ErrNoRoom = errNoRoom
+
+// growLocked allocates a slab of page buffers.
+//
+// Preconditions: c.mu is held.
+func (c *Cache) growLocked() {
+	n := int64(c.slabPages)
+	n = min(n, c.maxPages-c.buffers)
+	ps := c.pageSize
+	align := min(ps, 4096)
+	raw := make([]byte, int(n)*ps+align)
+	off := 0
+	if r := int(uintptr(unsafe.Pointer(&raw[0])) & uintptr(align-1)); r != 0 {
+		off = align - r
+	}
+	for i := 0; i < int(n); i++ {
+		s := off + i*ps
+		c.free = append(c.free, raw[s:s+ps:s+ps])
+	}
+	c.buffers += n
+}
+
+// evictOneLocked drops the least recently used evictable page.
+//
+// Preconditions: c.mu is held.
+func (c *Cache) evictOneLocked() bool {
+	for e := c.lru.Front(); e != nil; e = c.lru.Front() {
+		p := e.Value.(*Page)
+		c.lru.Remove(e)
+		p.lruElem = nil
+		// Lock order: Mapping.mu before Cache.mu, so try, and skip a page
+		// whose mapping is busy.
+		m := p.m
+		if !m.mu.TryLock() {
+			continue
+		}
+		if !p.mu.TryLock() {
+			m.mu.Unlock()
+			continue
+		}
+		ok := !p.removed && p.refs == 0 && p.flags&(flagLocked|flagDirty|flagWriteback) == 0
+		if ok {
+			p.removed = true
+			delete(m.pages, p.Index)
+			c.pages--
+			c.stats.removed.Add(1)
+			c.free = append(c.free, p.Data)
+			p.Data = nil
+			c.stats.evictions.Add(1)
+		}
+		p.mu.Unlock()
+		m.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// String describes the cache briefly.
+func (c *Cache) String() string {
+	s := c.Stats()
+	return fmt.Sprintf("pagecache{pages %d/%d dirty %d locked %d}", s.Pages, s.CapacityPages, s.DirtyPages, s.LockedPages)
+}

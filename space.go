@@ -1,0 +1,340 @@
+package sluice
+
+import (
+	"errors"
+	"syscall"
+
+	"github.com/sluicefs/sluice/alloc"
+	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/iolock"
+	"github.com/sluicefs/sluice/meta"
+)
+
+// Space operations: truncate, fallocate (allocate, punch, zero range),
+// SEEK_DATA/SEEK_HOLE, and the zeroing they need. Each takes the I/O lock
+// exclusive and drains in-flight direct I/O before it changes size or
+// blocks, so no direct write lands on a block after it was freed and no
+// completion moves the size after it was set.
+
+func allocExtent(dev, n uint64) alloc.Extent {
+	return alloc.Extent{Start: alloc.BlockNum(dev), Len: n}
+}
+
+// allocNear allocates up to want blocks from the caller's reservation,
+// near hint. When every free block is busy (freed by transactions not yet
+// durable), it makes them durable and retries.
+//
+// Preconditions: called inside fs.transact (commitMu held).
+func (fs *FS) allocNear(hint, want uint64) (alloc.Extent, error) {
+	if hint < fs.dataStart || hint >= fs.devBlocks {
+		hint = fs.dataStart
+	}
+	e, err := fs.alloc.AllocReserved(alloc.BlockNum(hint), want)
+	if errors.Is(err, alloc.ErrBusy) {
+		if serr := fs.kv.Sync(); serr != nil {
+			return e, eio(serr)
+		}
+		fs.alloc.Unbusy(fs.commit.seq)
+		e, err = fs.alloc.AllocReserved(alloc.BlockNum(hint), want)
+	}
+	if err != nil {
+		return e, errnof(syscall.ENOSPC, "allocating %d blocks: %v", want, err)
+	}
+	return e, nil
+}
+
+// lockSpace takes the I/O lock exclusive for a space operation and drains
+// direct I/O.
+func (in *inode) lockSpace() {
+	in.io.Lock(iolock.Exclusive)
+	in.fs.counters.LockExclSpace.Add(1)
+	in.drain()
+}
+
+// truncate sets the file's size (xfs_setattr_size): shrinking frees the
+// blocks past the new EOF and zeroes the rest of the new EOF block;
+// growing zeroes the old EOF block's tail so no stale byte shows.
+func (in *inode) truncate(size int64) error {
+	fs := in.fs
+	if size > maxFileSize {
+		return syscall.EFBIG
+	}
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	in.lockSpace()
+	defer in.io.Unlock(iolock.Exclusive)
+	old := in.size()
+	bs := fs.blockSize
+	switch {
+	case size < old:
+		// Pages past the new EOF go (without writeback: their data is
+		// cut off); the block holding the new EOF is written back and
+		// dropped, then its tail is zeroed on the device.
+		ps := int64(fs.cache.PageSize())
+		in.dropPages(uint64(roundUp(size, ps)/ps), ^uint64(0))
+		if size%bs != 0 {
+			blk := size / bs
+			if err := in.invalidateRange(blk*bs, (blk+1)*bs); err != nil {
+				return err
+			}
+			if err := in.zeroBlockRange(uint64(blk), size%bs, bs); err != nil {
+				return err
+			}
+		}
+	case size > old:
+		if err := in.zeroEOFTail(old); err != nil {
+			return err
+		}
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		return err
+	}
+	t0 := now()
+	return fs.transact(func(t *txn) error {
+		if size < old {
+			first := uint64(roundUp(size, bs) / bs)
+			if err := t.freeBlocks(m.Remove(first, ^uint64(0)-first, t.extents(in.ino))); err != nil {
+				return err
+			}
+		}
+		in.attr.Size = uint64(size)
+		in.attr.Mtime, in.attr.Ctime = t0, t0
+		t.putInode(&in.attr)
+		in.attrDirty = false
+		return nil
+	})
+}
+
+// zeroEOFTail zeroes, on the device, the bytes of the EOF block past EOF
+// size, so that extending the file can never expose stale bytes there
+// (left, for example, by a crash between an extending write and its size
+// update).
+//
+// Preconditions: in.io is held exclusive.
+func (in *inode) zeroEOFTail(size int64) error {
+	bs := in.fs.blockSize
+	if size%bs == 0 {
+		return nil
+	}
+	blk := size / bs
+	if err := in.invalidateRange(blk*bs, (blk+1)*bs); err != nil {
+		return err
+	}
+	return in.zeroBlockRange(uint64(blk), size%bs, bs)
+}
+
+// zeroBlockRange zeroes bytes [from, to) of file block blk on the device
+// if the block is written (holes and unwritten blocks read as zeros
+// already), by read-modify-write of the I/O units concerned.
+//
+// Preconditions: in.io is held exclusive, and the block has no cached
+// pages.
+func (in *inode) zeroBlockRange(blk uint64, from, to int64) error {
+	fs := in.fs
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		in.mu.Unlock()
+		return err
+	}
+	s := m.Lookup(blk, 1, nil)[0]
+	in.mu.Unlock()
+	if s.Hole || s.State != meta.Written || from >= to {
+		return nil
+	}
+	u := fs.ioUnit
+	lo, hi := roundDown(from, u), roundUp(to, u)
+	buf := device.AlignedBuf(int(hi - lo))
+	dev := int64(s.DevBlock)*fs.blockSize + lo
+	if lo != from || hi != to {
+		if err := fs.dev.ReadAt(buf, dev); err != nil {
+			return eio(err)
+		}
+	}
+	clear(buf[from-lo : to-lo])
+	return eio(fs.dev.WriteAt(buf, dev))
+}
+
+// fallocate implements fallocate(2) for the modes sluice supports:
+// default (allocate unwritten blocks and extend), KEEP_SIZE, PUNCH_HOLE|
+// KEEP_SIZE and ZERO_RANGE (with or without KEEP_SIZE).
+func (in *inode) fallocate(mode uint32, off, n int64) error {
+	fs := in.fs
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	switch {
+	case off < 0 || n <= 0:
+		return syscall.EINVAL
+	case mode&^(FallocKeepSize|FallocPunchHole|FallocZeroRange) != 0:
+		return syscall.EOPNOTSUPP
+	case mode&FallocPunchHole != 0 && mode&FallocKeepSize == 0:
+		return syscall.EOPNOTSUPP
+	case mode&FallocPunchHole != 0 && mode&FallocZeroRange != 0:
+		return syscall.EOPNOTSUPP
+	case off+n > maxFileSize || off+n < off:
+		return syscall.EFBIG
+	}
+	in.mu.Lock()
+	fmode := in.attr.Mode
+	in.mu.Unlock()
+	if isDir(fmode) {
+		return syscall.EISDIR
+	}
+	if !isReg(fmode) {
+		return syscall.ENODEV
+	}
+	in.lockSpace()
+	defer in.io.Unlock(iolock.Exclusive)
+	end := off + n
+	bs := fs.blockSize
+	old := in.size()
+	keep := mode&FallocKeepSize != 0
+	if mode&(FallocPunchHole|FallocZeroRange) != 0 {
+		if err := in.invalidateRange(off, end); err != nil {
+			return err
+		}
+		// Partial blocks at the edges are zeroed in place.
+		fb, lb := off/bs, (end-1)/bs
+		if off%bs != 0 {
+			if err := in.zeroBlockRange(uint64(fb), off%bs, min(bs, end-fb*bs)); err != nil {
+				return err
+			}
+		}
+		if end%bs != 0 && (lb != fb || off%bs == 0) {
+			if err := in.zeroBlockRange(uint64(lb), 0, end%bs); err != nil {
+				return err
+			}
+		}
+	}
+	if !keep && end > old {
+		if err := in.zeroEOFTail(old); err != nil {
+			return err
+		}
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		return err
+	}
+	t0 := now()
+	return fs.transact(func(t *txn) error {
+		full0, full1 := uint64(roundUp(off, bs)/bs), uint64(end/bs) // whole blocks
+		switch {
+		case mode&FallocPunchHole != 0:
+			if full1 > full0 {
+				if err := t.freeBlocks(m.Remove(full0, full1-full0, t.extents(in.ino))); err != nil {
+					return err
+				}
+			}
+		case mode&FallocZeroRange != 0:
+			if full1 > full0 {
+				m.Unconvert(full0, full1-full0, t.extents(in.ino))
+				if err := in.allocateLocked(t, full0, full1-full0); err != nil {
+					return err
+				}
+			}
+		default:
+			first, nb := fs.blockRange(off, end)
+			if err := in.allocateLocked(t, first, nb); err != nil {
+				return err
+			}
+		}
+		if !keep && uint64(end) > in.attr.Size {
+			in.attr.Size = uint64(end)
+		}
+		if mode != 0 && mode != FallocKeepSize {
+			in.attr.Mtime = t0
+		}
+		in.attr.Ctime = t0
+		t.putInode(&in.attr)
+		in.attrDirty = false
+		return nil
+	})
+}
+
+// seekData implements SEEK_DATA (data true) and SEEK_HOLE from off. Dirty
+// pages are written back first so that every cached byte has its blocks.
+// Unwritten extents count as data.
+func (in *inode) seekData(off int64, data bool) (int64, error) {
+	if err := in.writeback(0, maxFileSize, true); err != nil {
+		return 0, err
+	}
+	bs := in.fs.blockSize
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	size := int64(in.attr.Size)
+	if off < 0 {
+		return 0, syscall.EINVAL
+	}
+	if off >= size {
+		return 0, syscall.ENXIO
+	}
+	m, err := in.extentsLocked()
+	if err != nil {
+		return 0, err
+	}
+	fb := uint64(off / bs)
+	if data {
+		d, ok := m.NextData(fb)
+		if !ok {
+			return 0, syscall.ENXIO
+		}
+		pos := max(off, int64(d)*bs)
+		if pos >= size {
+			return 0, syscall.ENXIO
+		}
+		return pos, nil
+	}
+	h := m.NextHole(fb)
+	return min(max(off, int64(h)*bs), size), nil
+}
+
+// needsPrivStrip reports whether a write must first clear set-user-ID,
+// set-group-ID (with group execute) or a security.capability attribute
+// (the kernel's !IS_NOSEC case). The answer is cached until a chmod or a
+// security.* xattr change.
+func (in *inode) needsPrivStrip() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if !in.privChecked {
+		mode := in.attr.Mode
+		in.privileged = mode&syscall.S_ISUID != 0 || mode&syscall.S_ISGID != 0 && mode&syscall.S_IXGRP != 0
+		if !in.privileged {
+			_, err := in.fs.kv.Get(meta.XattrKey(in.ino, "security.capability"))
+			in.privileged = err == nil
+		}
+		in.privChecked = true
+	}
+	return in.privileged
+}
+
+// stripPrivs clears set-user-ID, set-group-ID and capabilities before a
+// write changes the file (file_remove_privs).
+//
+// Preconditions: in.io is held exclusive (writeChecks upgrades for it).
+func (in *inode) stripPrivs() error {
+	if !in.needsPrivStrip() {
+		return nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.fs.transact(func(t *txn) error {
+		a := &in.attr
+		a.Mode &^= syscall.S_ISUID
+		if a.Mode&syscall.S_IXGRP != 0 {
+			a.Mode &^= syscall.S_ISGID
+		}
+		a.Ctime = now()
+		t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
+		t.putInode(a)
+		in.attrDirty = false
+		in.privileged = false
+		return nil
+	})
+}

@@ -1,0 +1,273 @@
+package volume
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice/device/directdev"
+	"github.com/sluicefs/sluice/meta"
+)
+
+// ErrInUse is wrapped by Open's error when another process holds the
+// volume.
+var ErrInUse = errors.New("volume in use")
+
+// MkfsOptions configures Mkfs.
+type MkfsOptions struct {
+	// Size of the data image in bytes: at least MinSize and a multiple of
+	// the block size. Required unless Data names a block device, whose size
+	// is then used (a non-zero Size must not exceed it).
+	Size int64
+	// Data names a block device to use instead of an image file. The
+	// default value is "" (an image file VOLUME/data).
+	Data string
+	// BlockSize is the file-system block size. The default value is
+	// DefaultBlockSize.
+	BlockSize int
+	// IOUnit is the device I/O unit the volume is made for (512 B up to
+	// 1 MiB; larger than a page models a block-granular backend). The
+	// default value is 512.
+	IOUnit int
+	// Prealloc allocates the whole image file up front instead of creating
+	// it sparse. The default value is false.
+	Prealloc bool
+	// Force overwrites an existing volume directory that is not in use.
+	// The default value is false.
+	Force bool
+	// Device configures how the data device is opened. The default value
+	// is the zero directdev.Options.
+	Device directdev.Options
+}
+
+// Mkfs creates a volume directory dir.
+func Mkfs(dir string, o MkfsOptions) error {
+	if o.BlockSize == 0 {
+		o.BlockSize = DefaultBlockSize
+	}
+	if o.IOUnit == 0 {
+		o.IOUnit = 512
+	}
+	if err := validGeometry(o.BlockSize, o.IOUnit); err != nil {
+		return err
+	}
+	if o.Data == "" {
+		switch {
+		case o.Size <= 0:
+			return fmt.Errorf("a size is required (e.g. --size 16G)")
+		case o.Size < MinSize:
+			return fmt.Errorf("size %d is smaller than the minimum of %d bytes (1 MiB)", o.Size, MinSize)
+		case o.Size%int64(o.BlockSize) != 0:
+			return fmt.Errorf("size %d is not a multiple of the %d B block size", o.Size, o.BlockSize)
+		case o.Size%int64(o.IOUnit) != 0:
+			return fmt.Errorf("size %d is not a multiple of the %d B I/O unit", o.Size, o.IOUnit)
+		}
+	}
+	if err := prepareDir(dir, o.Force); err != nil {
+		return err
+	}
+	lock, err := takeLock(dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := os.RemoveAll(metaPath(dir)); err != nil {
+		return err
+	}
+	if err := makeData(dir, o); err != nil {
+		return err
+	}
+	devOpts := o.Device
+	devOpts.IOUnit = o.IOUnit
+	dev, err := directdev.Open(dataPath(dir), devOpts)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	kv, err := meta.OpenPebble(metaPath(dir), meta.PebbleOptions{CreateIfMissing: true})
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	if _, err := Format(dev, kv, FormatOptions{BlockSize: o.BlockSize}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// prepareDir makes sure dir exists and is empty (or may be overwritten).
+func prepareDir(dir string, force bool) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory", dir)
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	names, err := f.Readdirnames(1)
+	f.Close()
+	if err != nil && err != io.EOF {
+		return err
+	}
+	if len(names) > 0 && !force {
+		return fmt.Errorf("%s exists and is not empty; pass --force to overwrite it", dir)
+	}
+	return nil
+}
+
+func makeData(dir string, o MkfsOptions) error {
+	p := dataPath(dir)
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if o.Data != "" {
+		abs, err := filepath.Abs(o.Data)
+		if err != nil {
+			return err
+		}
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return fmt.Errorf("data device: %w", err)
+		}
+		if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+			return fmt.Errorf("--data %s is not a block device", o.Data)
+		}
+		return os.Symlink(abs, p)
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if o.Prealloc {
+		if err := unix.Fallocate(int(f.Fd()), 0, 0, o.Size); err != nil {
+			return fmt.Errorf("preallocating %d bytes for %s: %w", o.Size, p, err)
+		}
+	} else if err := f.Truncate(o.Size); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// takeLock opens VOLUME/lock and takes an exclusive flock on it, or reports
+// the pid of the process that holds it.
+func takeLock(dir string) (*os.File, error) {
+	f, err := os.OpenFile(lockPath(dir), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			pid := strings.TrimSpace(string(b))
+			if pid == "" {
+				pid = "?"
+			}
+			return nil, fmt.Errorf("volume %s is in use by pid %s: %w", dir, pid, ErrInUse)
+		}
+		return nil, fmt.Errorf("locking volume %s: %w", dir, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// OpenOptions configures Open.
+type OpenOptions struct {
+	// ReadOnly opens the data device and the metadata without writing.
+	// The default value is false.
+	ReadOnly bool
+	// Device configures the data device (backend, buffered fallback); its
+	// IOUnit is taken from the header. The default value is the zero
+	// directdev.Options.
+	Device directdev.Options
+}
+
+// Open opens the volume directory dir: it takes the lock, reads the header,
+// opens the data device and the metadata and checks that they agree.
+func Open(dir string, o OpenOptions) (*Volume, error) {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("volume %s does not exist (create it with: sluice mkfs %s --size 16G)", dir, dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a volume directory", dir)
+	}
+	dfi, err := os.Stat(dataPath(dir))
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a sluice volume: its data device: %w", dir, err)
+	}
+	if _, err := os.Stat(metaPath(dir)); err != nil {
+		return nil, fmt.Errorf("volume %s: the metadata directory meta/ is missing", dir)
+	}
+	lock, err := takeLock(dir)
+	if err != nil {
+		return nil, err
+	}
+	h, err := readHeader(dataPath(dir))
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("volume %s: %w", dir, err)
+	}
+	if dfi.Mode().IsRegular() && uint64(dfi.Size()) < h.DeviceBytes {
+		lock.Close()
+		return nil, fmt.Errorf("volume %s: the data image is %d bytes but the header says %d: truncated image", dir, dfi.Size(), h.DeviceBytes)
+	}
+	devOpts := o.Device
+	devOpts.IOUnit = int(h.IOUnit)
+	devOpts.ReadOnly = o.ReadOnly
+	dev, err := directdev.Open(dataPath(dir), devOpts)
+	if err != nil {
+		lock.Close()
+		return nil, err
+	}
+	kv, err := meta.OpenPebble(metaPath(dir), meta.PebbleOptions{ReadOnly: o.ReadOnly})
+	if err != nil {
+		dev.Close()
+		lock.Close()
+		return nil, fmt.Errorf("volume %s: %w", dir, err)
+	}
+	v, err := Attach(dev, kv)
+	if err != nil {
+		kv.Close()
+		dev.Close()
+		lock.Close()
+		return nil, fmt.Errorf("volume %s: %w", dir, err)
+	}
+	v.Dir, v.lock = dir, lock
+	return v, nil
+}
+
+// readHeader reads the header with a plain read, before the device is
+// opened with the I/O unit it names.
+func readHeader(path string) (*Header, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, HeaderSize)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("reading the header: %w (truncated image?)", err)
+	}
+	return DecodeHeader(b)
+}

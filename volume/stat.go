@@ -1,0 +1,61 @@
+package volume
+
+import (
+	"github.com/sluicefs/sluice/meta"
+)
+
+// Info describes a volume for `sluice stat`.
+type Info struct {
+	Dir          string `json:"dir,omitempty"`
+	UUID         string `json:"uuid"`
+	Format       uint32 `json:"format"`
+	BlockSize    uint32 `json:"block_size"`
+	IOUnit       uint32 `json:"io_unit"`
+	DeviceBytes  uint64 `json:"device_bytes"`
+	DataStart    uint64 `json:"data_start_block"`
+	TotalBlocks  uint64 `json:"total_blocks"`
+	DataBlocks   uint64 `json:"data_blocks"`
+	FreeBlocks   uint64 `json:"free_blocks"`
+	UsedBlocks   uint64 `json:"used_blocks"`
+	FreeExtents  int    `json:"free_extents"`
+	Inodes       int    `json:"inodes"`
+	Orphans      int    `json:"orphans"`
+	DataBackend  string `json:"data_backend,omitempty"`
+	DirectIO     bool   `json:"direct_io"`
+	UsedFraction string `json:"used,omitempty"`
+}
+
+// Stat reads the header and counts space and inodes in the metadata.
+func (v *Volume) Stat() (*Info, error) {
+	h := v.Header
+	in := &Info{
+		Dir:         v.Dir,
+		UUID:        UUIDString(h.UUID),
+		Format:      h.Format,
+		BlockSize:   h.BlockSize,
+		IOUnit:      h.IOUnit,
+		DeviceBytes: h.DeviceBytes,
+		DataStart:   h.DataStart,
+		TotalBlocks: h.DeviceBytes / uint64(h.BlockSize),
+	}
+	in.DataBlocks = in.TotalBlocks - h.DataStart
+	start, end := meta.FreeKeyRange()
+	if err := v.KV.Scan(start, end, func(k, val []byte) error {
+		_, n, err := meta.DecodeFree(k, val)
+		in.FreeBlocks += n
+		in.FreeExtents++
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	in.UsedBlocks = in.DataBlocks - min(in.FreeBlocks, in.DataBlocks)
+	start, end = meta.InodeKeyRange()
+	if err := v.KV.Scan(start, end, func([]byte, []byte) error { in.Inodes++; return nil }); err != nil {
+		return nil, err
+	}
+	start, end = meta.OrphanKeyRange()
+	if err := v.KV.Scan(start, end, func([]byte, []byte) error { in.Orphans++; return nil }); err != nil {
+		return nil, err
+	}
+	return in, nil
+}

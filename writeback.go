@@ -1,0 +1,367 @@
+package sluice
+
+import (
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/pagecache"
+)
+
+// Writeback: dirty pages reach the device block by block. A page is locked
+// while its bytes are copied and its writeback bit set, then unlocked;
+// truncate, punch and invalidation lock each page and wait for its
+// writeback before they free blocks, so a writeback never lands on a
+// freed block. Newly allocated blocks go through the same durability
+// ordering as direct writes: allocated unwritten, written, converted with an
+// epoch, made durable by the next sync point.
+
+// writeback writes back the dirty pages holding bytes of [off, end), and
+// with wait, waits for them (and for writebacks already in flight there).
+func (in *inode) writeback(off, end int64, wait bool) error {
+	first, last := in.pageRange(off, end)
+	return in.writebackPages(first, last, wait, nil)
+}
+
+// writebackPages writes back dirty pages first..last. held, if not nil, is
+// a page the caller has locked: only that page is written (the caller's
+// other pages are left alone, so no second page lock is taken while one is
+// held).
+func (in *inode) writebackPages(first, last uint64, wait bool, held *pagecache.Page) error {
+	fs := in.fs
+	ppb := uint64(fs.blockSize) / uint64(fs.cache.PageSize())
+	var idxs []uint64
+	if held != nil {
+		idxs = []uint64{held.Index}
+	} else {
+		idxs = in.pages.DirtyIndexes(first, last)
+	}
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	var firstErr error
+	fail := func(err error) {
+		errMu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		errMu.Unlock()
+	}
+	for i := 0; i < len(idxs); {
+		blk := idxs[i] / ppb
+		j := i
+		for j < len(idxs) && idxs[j]/ppb == blk {
+			j++
+		}
+		wg.Add(1)
+		if err := in.writebackBlock(blk, held, func(err error) {
+			if err != nil {
+				fail(err)
+			}
+			wg.Done()
+		}); err != nil {
+			fail(err)
+		}
+		i = j
+	}
+	if !wait {
+		return firstErr
+	}
+	wg.Wait()
+	if held == nil && last >= first {
+		// Writebacks started by others (the flusher) count too.
+		ps := in.pages.Range(first, last)
+		for _, p := range ps {
+			p.WaitWriteback()
+		}
+		in.pages.ReleaseAll(ps)
+	}
+	return firstErr
+}
+
+// span is a byte range within a block.
+type span struct{ lo, hi int64 }
+
+// writebackBlock writes back the dirty pages of file block blk and calls
+// done exactly once when the writes end. An error returned was also given
+// to done.
+func (in *inode) writebackBlock(blk uint64, held *pagecache.Page, done func(error)) error {
+	fs := in.fs
+	ps := int64(fs.cache.PageSize())
+	bs := fs.blockSize
+	ppb := uint64(bs / ps)
+	var pages []*pagecache.Page
+	if held != nil {
+		pages = in.pages.Range(held.Index, held.Index)
+	} else {
+		pages = in.pages.Range(blk*ppb, blk*ppb+ppb-1)
+	}
+	bounce := device.AlignedBuf(int(bs))
+	var covered, dirty []span
+	var wb []*pagecache.Page
+	for _, p := range pages {
+		if p != held {
+			p.Lock()
+		}
+		if !p.Removed() {
+			off := int64(p.Index-blk*ppb) * ps
+			var s span
+			if p.Uptodate() {
+				s = span{off, off + ps}
+			} else {
+				vf, vt := p.Valid()
+				s = span{off + int64(vf), off + int64(vt)}
+			}
+			copy(bounce[s.lo:s.hi], p.Data[s.lo-off:s.hi-off])
+			if s.hi > s.lo {
+				covered = append(covered, s)
+			}
+			if p.StartWriteback() {
+				wb = append(wb, p)
+				dirty = append(dirty, s)
+			}
+		}
+		if p != held {
+			p.Unlock()
+		}
+	}
+	release := func(err error) {
+		for _, p := range wb {
+			p.EndWriteback(err)
+		}
+		if err != nil {
+			fs.counters.WritebackErrors.Add(1)
+		} else {
+			fs.counters.CacheWritebackPages.Add(int64(len(wb)))
+		}
+		in.pages.ReleaseAll(pages)
+		done(err)
+	}
+	if len(wb) == 0 {
+		release(nil)
+		return nil
+	}
+	// Map the block, allocating it (unwritten) if it is a hole.
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	if err == nil {
+		if segs := m.Lookup(blk, 1, nil); segs[0].Hole {
+			err = fs.transact(func(t *txn) error { return in.allocateLocked(t, blk, 1) })
+		}
+	}
+	var seg = struct {
+		dev     int64
+		written bool
+	}{}
+	if err == nil {
+		s := m.Lookup(blk, 1, nil)[0]
+		seg.dev, seg.written = int64(s.DevBlock)*bs, s.State == meta.Written
+	}
+	in.mu.Unlock()
+	if err != nil {
+		release(err)
+		return err
+	}
+	b := &ioBatch{}
+	if !seg.written {
+		// Unwritten: the whole block, with zeros wherever no page holds
+		// valid bytes (they read as zeros now).
+		b.add(device.OpWrite, bounce, seg.dev)
+	} else if err := in.planWrittenBlock(b, bounce, seg.dev, covered, dirty); err != nil {
+		release(err)
+		return err
+	}
+	b.finish = func(err error) {
+		if err != nil || seg.written {
+			release(err)
+			return
+		}
+		go func() {
+			in.mu.Lock()
+			cerr := fs.transact(func(t *txn) error {
+				in.ext.Convert(blk, 1, fs.convEpoch.Load(), t.extents(in.ino))
+				return nil
+			})
+			in.mu.Unlock()
+			fs.markDirty(in)
+			release(cerr)
+		}()
+	}
+	b.submit(fs.dev)
+	return nil
+}
+
+// planWrittenBlock adds the writes of the dirty bytes of a written block
+// (device offset dev) to b, one per run of dirty I/O units. A unit with
+// dirty bytes that is not wholly covered by valid cached bytes is read back
+// from the device first (read-modify-write at the device's I/O unit: only
+// where a unit is neither fully dirty nor fully uptodate).
+func (in *inode) planWrittenBlock(b *ioBatch, bounce []byte, dev int64, covered, dirty []span) error {
+	fs := in.fs
+	u := fs.ioUnit
+	n := int64(len(bounce)) / u
+	isDirty := make([]bool, n)
+	for _, d := range dirty {
+		for c := d.lo / u; c*u < d.hi; c++ {
+			isDirty[c] = true
+		}
+	}
+	for c := int64(0); c < n; c++ {
+		if !isDirty[c] || spansCover(covered, c*u, (c+1)*u) {
+			continue
+		}
+		tmp := device.AlignedBuf(int(u))
+		fs.counters.CacheRMWUnitReads.Add(1)
+		if err := fs.dev.ReadAt(tmp, dev+c*u); err != nil {
+			return eio(err)
+		}
+		// Keep the cached valid bytes; take the rest from the device.
+		for _, s := range covered {
+			lo, hi := max(s.lo, c*u), min(s.hi, (c+1)*u)
+			if lo < hi {
+				copy(tmp[lo-c*u:hi-c*u], bounce[lo:hi])
+			}
+		}
+		copy(bounce[c*u:(c+1)*u], tmp)
+	}
+	for c := int64(0); c < n; {
+		if !isDirty[c] {
+			c++
+			continue
+		}
+		e := c
+		for e < n && isDirty[e] {
+			e++
+		}
+		b.add(device.OpWrite, bounce[c*u:e*u], dev+c*u)
+		c = e
+	}
+	return nil
+}
+
+// spansCover reports whether the union of ss covers [lo, hi).
+func spansCover(ss []span, lo, hi int64) bool {
+	for lo < hi {
+		advanced := false
+		for _, s := range ss {
+			if s.lo <= lo && s.hi > lo {
+				lo = s.hi
+				advanced = true
+			}
+		}
+		if !advanced {
+			return false
+		}
+	}
+	return true
+}
+
+// writebackRange writes back (and waits for) the dirty pages holding bytes
+// of [off, end): what a direct read does first under the concurrent
+// policy. With nowait, any dirty page there gives EAGAIN.
+func (in *inode) writebackRange(off, end int64, nowait bool) error {
+	first, last := in.pageRange(off, end)
+	if !in.pages.HasDirty(first, last) {
+		return nil
+	}
+	if nowait {
+		in.fs.counters.NoWaitEAGAIN.Add(1)
+		return syscall.EAGAIN
+	}
+	if err := in.writebackPages(first, last, true, nil); err != nil {
+		return err
+	}
+	return nil
+}
+
+// invalidateRange writes back and then drops the cached pages holding
+// bytes of [off, end) (kiocb_invalidate_pages): each page is locked and its
+// writeback waited for before it is removed, so waiters look it up again.
+func (in *inode) invalidateRange(off, end int64) error {
+	if in.pages.Len() == 0 {
+		return nil
+	}
+	first, last := in.pageRange(off, end)
+	if err := in.writebackPages(first, last, true, nil); err != nil {
+		return err
+	}
+	in.dropPages(first, last)
+	return nil
+}
+
+// dropPages removes pages first..last without writing them back.
+func (in *inode) dropPages(first, last uint64) {
+	ps := in.pages.Range(first, last)
+	for _, p := range ps {
+		p.Lock()
+		p.WaitWriteback()
+		in.pages.Remove(p)
+		p.Unlock()
+	}
+	in.pages.ReleaseAll(ps)
+}
+
+// fsync writes back the file's dirty pages, reports a writeback error if
+// one happened since the last fsync (the pages stay dirty: a failed
+// writeback is never reported as durable later), then runs a sync point.
+func (in *inode) fsync() error {
+	if err := in.fs.writable(); err != nil {
+		return err
+	}
+	werr := in.writebackPages(0, ^uint64(0), true, nil)
+	if err := in.pages.TakeError(); err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
+	return in.fs.group.sync()
+}
+
+// writebackAll writes back every dirty page of the file system and waits.
+func (fs *FS) writebackAll() error {
+	var firstErr error
+	for _, m := range fs.cache.DirtyMappings() {
+		in := m.Owner.(*inode)
+		if err := in.writebackPages(0, ^uint64(0), true, nil); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// flusher is the background writeback thread: it writes back files whose
+// dirty pages are older than WritebackAge, and, when the cache kicks it
+// (too many dirty pages, or no room for a new page), the oldest files
+// until the cache is below its dirty limit.
+func (fs *FS) flusher() {
+	defer fs.bg.Done()
+	t := time.NewTicker(max(fs.opts.WritebackAge/5, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		pressure := false
+		select {
+		case <-fs.closing:
+			return
+		case <-fs.cache.Kick():
+			pressure = true
+		case <-t.C:
+		}
+		if fs.shutdownErr() != nil {
+			continue
+		}
+		cutoff := time.Now().Add(-fs.opts.WritebackAge)
+		for _, m := range fs.cache.DirtyMappings() {
+			old := m.OldestDirty()
+			if !pressure && (old.IsZero() || old.After(cutoff)) {
+				continue
+			}
+			in := m.Owner.(*inode)
+			_ = in.writebackPages(0, ^uint64(0), false, nil)
+			if pressure && !fs.cache.OverDirtyLimit() {
+				break
+			}
+		}
+	}
+}
