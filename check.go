@@ -263,4 +263,3 @@ func checkKV(kv meta.KV, h *volume.Header) (*CheckReport, error) {
 	}
 	return r, nil
 }
-

@@ -167,8 +167,8 @@ type groupSync struct {
 	mu     sync.Mutex
 	cond   sync.Cond
 	// Protected by mu.
-	running bool
-	next    *syncRound
+	running  bool
+	next     *syncRound
 	serialMu sync.Mutex
 }
 

@@ -184,9 +184,9 @@ func (b *ioBatch) run(dev device.Device) error {
 // synchronous kiocb the caller waits for it; for an asynchronous one done
 // is called.
 type completion struct {
-	k  *kiocb
-	ch chan struct{}
-	n  int
+	k   *kiocb
+	ch  chan struct{}
+	n   int
 	err error
 }
 

@@ -190,4 +190,3 @@ func FuzzKeys(f *testing.F) {
 		_, _, _ = DecodeFree(k, EncodeFree(1))
 	})
 }
-
