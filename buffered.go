@@ -64,6 +64,10 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 	if len(k.buf) == 0 && !k.append {
 		return 0, nil
 	}
+	if k.nowait && k.dsync {
+		// The write-through and the sync would block.
+		return 0, syscall.EAGAIN
+	}
 	if !k.nowait {
 		fs.cache.ThrottleDirty()
 	}
@@ -289,14 +293,14 @@ func (in *inode) readRangeInto(buf []byte, pos int64) error {
 //
 // A read that finds a page under I/O waits for it; with k.nowait it
 // returns EAGAIN; with k.asyncRetry (the ring's async buffered read, seed
-// 003) it arms a callback on the page's unlock and returns errQueued (or
-// the bytes copied so far).
+// 003) it arms a callback on the page's unlock and returns ErrRetryArmed
+// (or the bytes copied so far).
 func (in *inode) bufferedRead(k *kiocb) (int, error) {
 	fs := in.fs
 	if len(k.buf) == 0 {
 		return 0, nil
 	}
-	if !in.lockIO(iolock.Shared, k.nowait && k.asyncRetry == nil) {
+	if !in.lockIO(iolock.Shared, k.nowait) {
 		return 0, syscall.EAGAIN
 	}
 	defer in.io.Unlock(iolock.Shared)
@@ -315,7 +319,7 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 		p := in.pages.Get(idx)
 		if p == nil {
 			lastIdx := uint64((end - 1) / ps)
-			if err := in.readahead(idx, lastIdx, size, k.nowait && k.asyncRetry == nil); err != nil {
+			if err := in.readahead(idx, lastIdx, size, k.nowait); err != nil {
 				if copied > 0 {
 					return int(copied), nil
 				}
@@ -353,7 +357,7 @@ func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, size, copied int6
 			}
 			if !p.WaitUnlockedAsync(k.asyncRetry) {
 				in.fs.counters.AsyncReadCallbacksArmed.Add(1)
-				return 0, errQueued, false
+				return 0, ErrRetryArmed, false
 			}
 			return 0, nil, true
 		case k.nowait:

@@ -199,7 +199,11 @@ func (fs *FS) openInode(in *inode, flag int) (*File, error) {
 	fs.icache.mu.Lock()
 	in.opens++
 	fs.icache.mu.Unlock()
-	return &File{fs: fs, in: in, flags: flag}, nil
+	f := &File{fs: fs, in: in, flags: flag}
+	fs.files.mu.Lock()
+	fs.files.set[f] = struct{}{}
+	fs.files.mu.Unlock()
+	return f, nil
 }
 
 // Name returns the path the file was opened by (empty when opened by inode
@@ -235,6 +239,9 @@ func (f *File) Close() error {
 	}
 	f.ops.Wait()
 	fs := f.fs
+	fs.files.mu.Lock()
+	delete(fs.files.set, f)
+	fs.files.mu.Unlock()
 	fs.icache.mu.Lock()
 	f.in.opens--
 	fs.icache.mu.Unlock()

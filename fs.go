@@ -72,6 +72,13 @@ type FS struct {
 
 	counters Counters
 
+	files struct {
+		mu sync.Mutex
+		// set holds every open File, so Close can close them. Protected
+		// by mu.
+		set map[*File]struct{}
+	}
+
 	closeOnce sync.Once
 	closing   chan struct{}
 	bg        sync.WaitGroup
@@ -124,6 +131,7 @@ func OpenVolume(v *volume.Volume, opts *Options) (*FS, error) {
 		fs.blockShift++
 	}
 	fs.icache.m = map[meta.Ino]*inode{}
+	fs.files.set = map[*File]struct{}{}
 	fs.dirty.set = map[*inode]struct{}{}
 	fs.commit.nextIno = v.Super.NextIno
 	fs.group.init(fs.syncPoint, o.NoGroupCommit)
@@ -173,6 +181,17 @@ func (fs *FS) loadAllocator() error {
 func (fs *FS) Close() error {
 	var err error
 	fs.closeOnce.Do(func() {
+		// Close open files first: each waits for its calls in progress
+		// (and their device I/O) to finish.
+		fs.files.mu.Lock()
+		open := make([]*File, 0, len(fs.files.set))
+		for f := range fs.files.set {
+			open = append(open, f)
+		}
+		fs.files.mu.Unlock()
+		for _, f := range open {
+			f.Close()
+		}
 		if !fs.opts.ReadOnly && fs.shutdownErr() == nil {
 			err = fs.SyncAll()
 		}

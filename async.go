@@ -1,0 +1,97 @@
+package sluice
+
+import (
+	"errors"
+	"syscall"
+)
+
+// The asynchronous entry points the ring package builds on: the kernel's
+// "issue with IOCB_NOWAIT, and punt what would block" model. Each call
+// tries the operation inline without blocking and says how it ended:
+//
+//	n, nil / n, err   completed inline
+//	ErrQueued         device I/O was submitted; done(n, err) runs later,
+//	                  on a device completion goroutine
+//	ErrRetryArmed     (async buffered reads only) the read met a page under
+//	                  I/O and armed retry on its unlock; retry runs once,
+//	                  on the unlocking goroutine, and the caller re-issues
+//	                  the read then; done is not called
+//	EAGAIN            it would block: re-issue it with the blocking calls
+//	                  (Pread, Pwrite, ...) from a worker, or, for a caller
+//	                  that asked for RWFNoWait itself, fail it
+var (
+	// ErrQueued says the operation was submitted and done will be called.
+	ErrQueued = errQueued
+	// ErrRetryArmed says retry was armed on a page's unlock.
+	ErrRetryArmed = errors.New("sluice: read waits for a page; retry armed")
+)
+
+// ReadAsync tries a read inline without blocking (see ErrQueued). retry is
+// armed on a locked page only when the policy has AsyncBufferedReads and
+// the file is not O_DIRECT; pass nil to get EAGAIN instead.
+func (f *File) ReadAsync(p []byte, off int64, flags RWFlags, retry func(), done func(n int, err error)) (int, error) {
+	if err := f.begin(); err != nil {
+		return 0, pathErr("read", f.name, err)
+	}
+	if !f.readable() || off < 0 {
+		f.end()
+		if off < 0 {
+			return 0, pathErr("read", f.name, syscall.EINVAL)
+		}
+		return 0, pathErr("read", f.name, syscall.EBADF)
+	}
+	k := f.newKiocb(p, off, flags|RWFNoWait)
+	if retry != nil && !k.direct && f.fs.policy.AsyncBufferedReads {
+		k.asyncRetry = retry
+	}
+	k.done = func(n int, err error) {
+		f.end()
+		done(n, pathErr("read", f.name, err))
+	}
+	n, err := f.in.read(k)
+	return f.asyncResult("read", n, err)
+}
+
+// WriteAsync tries a write inline without blocking (see ErrQueued).
+func (f *File) WriteAsync(p []byte, off int64, flags RWFlags, done func(n int, err error)) (int, error) {
+	if err := f.begin(); err != nil {
+		return 0, pathErr("write", f.name, err)
+	}
+	if !f.writable() || off < 0 {
+		f.end()
+		if off < 0 {
+			return 0, pathErr("write", f.name, syscall.EINVAL)
+		}
+		return 0, pathErr("write", f.name, syscall.EBADF)
+	}
+	k := f.newKiocb(p, off, flags|RWFNoWait)
+	k.done = func(n int, err error) {
+		f.end()
+		done(n, pathErr("write", f.name, err))
+	}
+	n, err := f.in.write(k)
+	return f.asyncResult("write", n, err)
+}
+
+// asyncResult ends the call's hold on the file unless the operation was
+// queued (then done ends it), and wraps the error.
+func (f *File) asyncResult(op string, n int, err error) (int, error) {
+	switch err {
+	case errQueued:
+		return 0, ErrQueued
+	case ErrRetryArmed:
+		f.end()
+		return 0, ErrRetryArmed
+	}
+	f.end()
+	return n, pathErr(op, f.name, err)
+}
+
+// ParallelDirectWrites reports whether the file takes direct writes in
+// parallel, so that an async submission layer need not serialise its
+// writes (seed 002: FMODE_DIO_PARALLEL_WRITE, FOPEN_PARALLEL_DIRECT_WRITES):
+// it is open O_DIRECT and the policy has ParallelDirectWrites. The
+// engine's I/O lock keeps direct writes correct either way.
+func (f *File) ParallelDirectWrites() bool {
+	return f.flags&O_DIRECT != 0 && f.fs.policy.ParallelDirectWrites
+}

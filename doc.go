@@ -1,0 +1,79 @@
+// Package sluice is a user-space file-system engine for highly concurrent
+// direct and asynchronous I/O: the library face of sluice. A Go program
+// opens a volume and gets a file system with POSIX semantics:
+//
+//	fs, err := sluice.Open("/var/lib/vol", nil)
+//	f, err := fs.OpenFile("/db/data", sluice.O_RDWR|sluice.O_CREAT|sluice.O_DIRECT, 0o644)
+//	n, err := f.WriteAt(buf, off) // buf from device.AlignedBuf for O_DIRECT
+//	err = f.Fsync()
+//
+// The path API (OpenFile, Mkdir, Rename, ...) resolves paths from the root;
+// the inode API (Lookup, Getattr, CreateIno, OpenIno, RenameIno, ...) is
+// what the FUSE adapter serves. The ring package adds queued asynchronous
+// submission on top of File.ReadAsync and File.WriteAsync.
+//
+// # The I/O path and its policy
+//
+// Each of the five seed optimisations is a field of Policy (Options.Policy):
+// Concurrent() has all on (the default), Classic() all off. Which operation
+// takes the I/O lock in which mode is tabled in the iolock package doc;
+// the direct paths are in dio.go (directRead, directWriteAligned,
+// directWriteUnaligned), buffered I/O in buffered.go and writeback.go, and
+// space operations in space.go. Counters record each decision.
+//
+// Completion order for a direct write: convert the unwritten extents it
+// wrote, then publish the new size (never shrinking), then drop cached
+// pages of the range, then end its in-flight count, then sync for O_DSYNC.
+//
+// # Durability
+//
+// The in-core state (inodes, extent maps) is authoritative; the metadata
+// (Pebble) lags behind it in exactly two ways, both repaired by the next
+// sync point (Fsync, Fdatasync, O_SYNC writes, SyncAll, Close, and the
+// background syncer every Options.SyncInterval):
+//
+//   - attributes changed by data writes (size, times) are persisted later;
+//   - blocks written into unwritten extents are persisted as unwritten until
+//     a device flush made their data durable (extmap epochs), so a crash can
+//     only show zeros there, never the blocks' previous (another file's)
+//     contents.
+//
+// A sync point flushes the device first, then commits the conversions and
+// attributes, then syncs the metadata: data before the metadata that
+// exposes it. Every other change (namespace, allocation, truncate, punch)
+// is committed at once, unsynced; commits become durable in order. Blocks
+// freed by a transaction stay busy (not reallocated) until that transaction
+// is durable, so a crash never shows one file's blocks inside another.
+// Concurrent Fsyncs share sync points (group commit).
+//
+// # Lock order
+//
+// Locks are taken in this order (each indented lock may be taken while
+// holding the ones above it, never the reverse):
+//
+//	File.posMu (file position, Read/Write/Seek only)
+//	  FS.ns (namespace; shared for lookups, exclusive for changes)
+//	    inode.io (the I/O lock, iolock.Lock; held across device I/O
+//	    |         submission, released at completion only by the
+//	    |         exclusive sub-block and append routes)
+//	      page lock (pagecache; one at a time, except writeback, which
+//	      |          locks the pages of one block in index order)
+//	        inode.mu (attributes, size, extent map; never held across
+//	        |         device I/O)
+//	          FS.commitMu (metadata transactions, allocator journal)
+//	            alloc, KV internals
+//	          FS.dirty.mu, FS.icache.mu (leaves)
+//
+// Several inodes' mu are taken in inode-number order (lockInodes). The I/O
+// lock is never taken on two inodes at once. The sync point takes each
+// dirty inode's mu in inode-number order, one at a time, after the device
+// flush.
+//
+// # Errors
+//
+// Errors are *os.PathError or *os.LinkError around a syscall.Errno that
+// matches Linux for the same call; device and metadata failures stay in the
+// chain and also match syscall.EIO. A metadata commit failure shuts the
+// file system down (ErrShutdown): nothing more is written, so the volume
+// stays consistent.
+package sluice
