@@ -1,0 +1,63 @@
+package extmap
+
+// Check verifies the map's invariants and returns an error wrapping
+// ErrCorrupt describing the first one broken:
+//
+//   - every extent is valid (non-empty, no overflow, known state,
+//     Unwritten only with Epoch 0);
+//   - extents are sorted by FileBlock and disjoint in the file;
+//   - no two extents share a device block;
+//   - no two neighbours are mergeable, unless Load was given mergeable
+//     records (the map keeps their boundaries; see the package doc);
+//   - Blocks() is the sum of the lengths, and the pending index holds
+//     exactly the extents with Epoch > 0.
+//
+// It walks every extent: O(n log n), for tests and fsck. It only reads.
+func (m *Map) Check() error {
+	bad := func(e Extent, format string, args ...any) error {
+		return &Error{Op: "check", Extent: e, Err: detail(ErrCorrupt, format, args...)}
+	}
+	var (
+		err     error
+		prev    Extent
+		have    bool
+		sum     uint64
+		pending int
+		all     = make([]Extent, 0, m.extents.Len())
+	)
+	m.extents.Ascend(func(e Extent) bool {
+		switch {
+		case !e.valid():
+			err = bad(e, "empty, overflowing, of unknown state, or unwritten with an epoch")
+		case have && prev.End() > e.FileBlock:
+			err = bad(e, "overlaps or is out of order with %v", prev)
+		case have && !m.unmerged && mergeable(prev, e):
+			err = bad(e, "mergeable with %v", prev)
+		case e.Epoch > 0 && !m.pendingHas(e):
+			err = bad(e, "pending extent missing from the pending index")
+		}
+		if e.Epoch > 0 {
+			pending++
+		}
+		sum += e.Len
+		prev, have = e, true
+		all = append(all, e)
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	if sum != m.blocks {
+		return bad(Extent{}, "extents hold %d blocks, counter says %d", sum, m.blocks)
+	}
+	if pending != m.pending.Len() {
+		return bad(Extent{}, "%d pending extents, pending index holds %d", pending, m.pending.Len())
+	}
+	return checkDevOverlap("check", all)
+}
+
+// pendingHas reports whether the pending index holds e, End included.
+func (m *Map) pendingHas(e Extent) bool {
+	k, ok := m.pending.Get(pendingKey{Epoch: e.Epoch, FileBlock: e.FileBlock})
+	return ok && k.End == e.End()
+}

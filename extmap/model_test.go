@@ -1,0 +1,509 @@
+package extmap
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicefs/sluice/meta"
+)
+
+// This file holds the model-checking harness shared by the seeded random
+// test and the fuzz test: a trivial per-block model of the file, a Recorder
+// that replays changes into a record map (the record mirror), and the
+// checks run after every operation.
+
+// block is the model's state of one file block.
+type block struct {
+	mapped bool
+	dev    uint64
+	state  meta.ExtentState
+	epoch  uint64
+}
+
+// source supplies the harness's choices: a seeded PRNG, or fuzz bytes.
+type source interface {
+	// intn returns a number in [0, n), n > 0.
+	intn(n int) int
+	// exhausted reports whether a byte source has run dry.
+	exhausted() bool
+}
+
+type randSource struct{ r *rand.Rand }
+
+func (s randSource) intn(n int) int  { return s.r.IntN(n) }
+func (s randSource) exhausted() bool { return false }
+
+// byteSource reads choices from fuzz input, one or two bytes each; past
+// the end it returns 0.
+type byteSource struct {
+	b   []byte
+	off int
+}
+
+func (s *byteSource) intn(n int) int {
+	var v int
+	if s.off < len(s.b) {
+		v = int(s.b[s.off])
+		s.off++
+	}
+	if n > 256 && s.off < len(s.b) {
+		v = v<<8 | int(s.b[s.off])
+		s.off++
+	}
+	return v % n
+}
+
+func (s *byteSource) exhausted() bool { return s.off >= len(s.b) }
+
+// harness runs operations against a Map and the model, and checks them.
+type harness struct {
+	t   testing.TB
+	src source
+	// name identifies the run in failures (the seed).
+	name string
+
+	m      *Map
+	model  []block         // file blocks [0, len(model)); beyond is a hole
+	used   map[uint64]bool // device blocks mapped in the model
+	next   uint64          // next fresh device block
+	epoch  uint64          // current conversion epoch; MarkDurable goes up to it
+	mirror map[uint64]meta.Extent
+	// opKeys counts the keys one operation named, to check that a
+	// mutation (other than MarkDurable) names each key at most once.
+	opKeys  map[uint64]int
+	history []string
+	segs    []Segment
+}
+
+// Put implements Recorder by replaying into the mirror.
+func (h *harness) Put(e Extent) {
+	h.mirror[e.FileBlock] = e.Persisted()
+	h.opKeys[e.FileBlock]++
+}
+
+// Delete implements Recorder by replaying into the mirror.
+func (h *harness) Delete(fb uint64) {
+	if _, ok := h.mirror[fb]; !ok {
+		h.fail("Delete(%d) of a record that does not exist", fb)
+	}
+	delete(h.mirror, fb)
+	h.opKeys[fb]++
+}
+
+func (h *harness) fail(format string, args ...any) {
+	h.t.Helper()
+	hist := h.history
+	if len(hist) > 40 {
+		hist = hist[len(hist)-40:]
+	}
+	h.t.Fatalf("%s: %s\nlast operations:\n  %s\nextents: %v", h.name, fmt.Sprintf(format, args...),
+		strings.Join(hist, "\n  "), h.m.Extents())
+}
+
+func (h *harness) logf(format string, args ...any) {
+	h.history = append(h.history, fmt.Sprintf(format, args...))
+}
+
+// newHarness starts from an empty map or from random records (mergeable
+// neighbours included, so Load's keep-the-boundaries rule is exercised).
+func newHarness(t testing.TB, src source, name string) *harness {
+	size := 16 + src.intn(497)
+	h := &harness{
+		t: t, src: src, name: name,
+		model: make([]block, size), used: map[uint64]bool{},
+		next: uint64(src.intn(1000)), epoch: 1,
+		mirror: map[uint64]meta.Extent{}, opKeys: map[uint64]int{},
+	}
+	var records []meta.Extent
+	if src.intn(2) == 0 {
+		for fb := uint64(src.intn(8)); fb < uint64(size); {
+			n := min(uint64(1+src.intn(12)), uint64(size)-fb)
+			dev := h.freshDev(n)
+			if src.intn(3) == 0 && len(records) > 0 {
+				// Sometimes a record mergeable with the previous one.
+				prev := records[len(records)-1]
+				if prev.FileBlock+prev.Len == fb && h.devFree(prev.DevBlock+prev.Len, n) {
+					dev = prev.DevBlock + prev.Len
+				}
+			}
+			state := meta.Written
+			if src.intn(2) == 0 {
+				state = meta.Unwritten
+			}
+			records = append(records, meta.Extent{FileBlock: fb, DevBlock: dev, Len: n, State: state})
+			h.setModel(fb, n, dev, state, 0)
+			fb += n + uint64(src.intn(3))*uint64(src.intn(6))
+		}
+	}
+	for i, r := range records {
+		h.mirror[r.FileBlock] = r
+		j := src.intn(i + 1)
+		records[i], records[j] = records[j], records[i]
+	}
+	m, err := Load(records)
+	if err != nil {
+		t.Fatalf("%s: Load: %v", name, err)
+	}
+	h.m = m
+	h.logf("Load(%d records)", len(records))
+	h.verify()
+	return h
+}
+
+// freshDev returns n device blocks never used before.
+func (h *harness) freshDev(n uint64) uint64 {
+	d := h.next
+	h.next += n + uint64(h.src.intn(2))
+	return d
+}
+
+func (h *harness) devFree(d, n uint64) bool {
+	for i := range n {
+		if h.used[d+i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *harness) setModel(fb, n, dev uint64, state meta.ExtentState, epoch uint64) {
+	for i := range n {
+		h.model[fb+i] = block{mapped: true, dev: dev + i, state: state, epoch: epoch}
+		h.used[dev+i] = true
+	}
+}
+
+func (h *harness) at(fb uint64) block {
+	if fb < uint64(len(h.model)) {
+		return h.model[fb]
+	}
+	return block{}
+}
+
+// pickRange returns a range, mostly inside the model, sometimes past it or
+// running to the end of the block space.
+func (h *harness) pickRange() (fb, n uint64) {
+	size := len(h.model)
+	fb = uint64(h.src.intn(size + 4))
+	switch h.src.intn(16) {
+	case 0:
+		return fb, math.MaxUint64 // clipped at 2^64-1
+	case 1:
+		return fb, math.MaxUint64 - fb
+	case 2:
+		return fb, 0
+	case 3:
+		return math.MaxUint64 - 1 - uint64(h.src.intn(2)), uint64(h.src.intn(3))
+	}
+	return fb, uint64(1 + h.src.intn(1+size/4))
+}
+
+// step runs one random operation and checks everything.
+func (h *harness) step() {
+	clear(h.opKeys)
+	allowRepeat := false
+	switch op := h.src.intn(20); {
+	case op < 7:
+		h.insert()
+	case op < 11:
+		fb, n := h.pickRange()
+		epoch := uint64(0)
+		if h.src.intn(4) != 0 {
+			epoch = h.epoch - uint64(h.src.intn(int(min(h.epoch, 3))))
+		}
+		h.logf("Convert(%d, %d, %d)", fb, n, epoch)
+		h.m.Convert(fb, n, epoch, h)
+		for b := fb; b < rangeEnd(fb, n) && b < uint64(len(h.model)); b++ {
+			if x := &h.model[b]; x.mapped && x.state == meta.Unwritten {
+				x.state, x.epoch = meta.Written, epoch
+			}
+		}
+	case op < 13:
+		fb, n := h.pickRange()
+		h.logf("Unconvert(%d, %d)", fb, n)
+		h.m.Unconvert(fb, n, h)
+		for b := fb; b < rangeEnd(fb, n) && b < uint64(len(h.model)); b++ {
+			if x := &h.model[b]; x.mapped && x.state == meta.Written {
+				x.state, x.epoch = meta.Unwritten, 0
+			}
+		}
+	case op < 16:
+		h.remove()
+	case op < 19:
+		upTo := uint64(h.src.intn(int(h.epoch) + 1))
+		h.logf("MarkDurable(%d)", upTo)
+		h.m.MarkDurable(upTo, h)
+		allowRepeat = true
+		for i := range h.model {
+			if x := &h.model[i]; x.epoch > 0 && x.epoch <= upTo {
+				x.epoch = 0
+			}
+		}
+	default:
+		h.epoch++ // a flush started: later conversions belong to the next epoch
+		h.logf("epoch -> %d", h.epoch)
+	}
+	if !allowRepeat {
+		for k, c := range h.opKeys {
+			if c > 1 {
+				h.fail("record %d named %d times by one operation", k, c)
+			}
+		}
+	}
+	h.verify()
+}
+
+func (h *harness) insert() {
+	size := uint64(len(h.model))
+	fb := uint64(h.src.intn(int(size)))
+	// The hole run from fb, if fb is a hole.
+	run := uint64(0)
+	for fb+run < size && !h.model[fb+run].mapped {
+		run++
+	}
+	n := uint64(1 + h.src.intn(16))
+	expectOK := run > 0 && n <= run
+	if run > 0 && h.src.intn(4) != 0 {
+		n = min(n, run)
+		expectOK = true
+	}
+	if fb+n > size {
+		n = size - fb
+		expectOK = run >= n
+	}
+	state := meta.Written
+	if h.src.intn(2) == 0 {
+		state = meta.Unwritten
+	}
+	var epoch uint64
+	if state == meta.Written && h.src.intn(3) == 0 {
+		epoch = h.epoch - uint64(h.src.intn(int(min(h.epoch, 2))))
+	}
+	// Device placement: after the left neighbour's blocks, before the
+	// right neighbour's (both exercise merging), or fresh.
+	dev := h.freshDev(n)
+	switch h.src.intn(3) {
+	case 0:
+		if l := h.at(fb - 1); fb > 0 && l.mapped && h.devFree(l.dev+1, n) {
+			dev = l.dev + 1
+		}
+	case 1:
+		if r := h.at(fb + n); r.mapped && r.dev >= n && h.devFree(r.dev-n, n) {
+			dev = r.dev - n
+		}
+	}
+	e := Extent{FileBlock: fb, DevBlock: dev, Len: n, State: state, Epoch: epoch}
+	if h.src.intn(40) == 0 {
+		// Invalid extents: empty, unwritten with an epoch, overflowing.
+		switch h.src.intn(3) {
+		case 0:
+			e.Len = 0
+		case 1:
+			e.State, e.Epoch = meta.Unwritten, 1
+		case 2:
+			e.DevBlock = math.MaxUint64 - 1
+			e.Len = 2
+		}
+		before := h.m.Extents()
+		h.logf("Insert(%v) invalid", e)
+		if err := h.m.Insert(e, h); !errors.Is(err, ErrInvalid) {
+			h.fail("Insert(%v) = %v, want ErrInvalid", e, err)
+		}
+		if len(h.opKeys) != 0 || !slices.Equal(before, h.m.Extents()) {
+			h.fail("failed Insert changed something")
+		}
+		return
+	}
+	h.logf("Insert(%v)", e)
+	err := h.m.Insert(e, h)
+	switch {
+	case expectOK && err != nil:
+		h.fail("Insert(%v) into a hole: %v", e, err)
+	case !expectOK && !errors.Is(err, ErrMapped):
+		h.fail("Insert(%v) over a mapped block = %v, want ErrMapped", e, err)
+	case !expectOK && len(h.opKeys) != 0:
+		h.fail("failed Insert recorded changes")
+	case expectOK:
+		h.setModel(fb, n, dev, state, epoch)
+	}
+}
+
+func (h *harness) remove() {
+	fb, n := h.pickRange()
+	h.logf("Remove(%d, %d)", fb, n)
+	freed := h.m.Remove(fb, n, h)
+	want := map[uint64]bool{}
+	for b := fb; b < rangeEnd(fb, n) && b < uint64(len(h.model)); b++ {
+		if x := h.model[b]; x.mapped {
+			want[x.dev] = true
+			delete(h.used, x.dev)
+			h.model[b] = block{}
+		}
+	}
+	got := map[uint64]bool{}
+	for i, r := range freed {
+		if r.Len == 0 {
+			h.fail("Remove returned an empty range: %v", freed)
+		}
+		if i > 0 && freed[i-1].End() >= r.Start {
+			h.fail("Remove returned unsorted, overlapping or uncoalesced ranges: %v", freed)
+		}
+		for d := r.Start; d < r.End(); d++ {
+			got[d] = true
+		}
+	}
+	if !maps.Equal(got, want) {
+		h.fail("Remove freed %v (%d blocks), want %d blocks", freed, len(got), len(want))
+	}
+}
+
+// verify checks the map against the model and the record mirror.
+func (h *harness) verify() {
+	h.t.Helper()
+	m := h.m
+	if err := m.Check(); err != nil {
+		h.fail("Check: %v", err)
+	}
+	// Extents, expanded, equal the model block by block, epochs included.
+	exts := m.Extents()
+	var blocks uint64
+	pending := false
+	got := make([]block, len(h.model))
+	devs := map[uint64]bool{}
+	for _, e := range exts {
+		if e.End() > uint64(len(h.model)) {
+			h.fail("extent %v past the model's %d blocks", e, len(h.model))
+		}
+		for i := range e.Len {
+			got[e.FileBlock+i] = block{mapped: true, dev: e.DevBlock + i, state: e.State, epoch: e.Epoch}
+			if devs[e.DevBlock+i] {
+				h.fail("device block %d mapped twice", e.DevBlock+i)
+			}
+			devs[e.DevBlock+i] = true
+		}
+		blocks += e.Len
+		pending = pending || e.Epoch > 0
+	}
+	for i := range got {
+		if got[i] != h.model[i] {
+			h.fail("block %d: map has %+v, model %+v", i, got[i], h.model[i])
+		}
+	}
+	if m.Blocks() != blocks || m.Len() != len(exts) || m.Pending() != pending {
+		h.fail("Blocks %d Len %d Pending %v, want %d %d %v", m.Blocks(), m.Len(), m.Pending(), blocks, len(exts), pending)
+	}
+	// The record mirror.
+	want := make(map[uint64]meta.Extent, len(exts))
+	for _, e := range exts {
+		want[e.FileBlock] = e.Persisted()
+	}
+	if !maps.Equal(h.mirror, want) {
+		h.fail("record mirror differs:\nreplayed %v\nwant     %v", sortedRecords(h.mirror), sortedRecords(want))
+	}
+	// Lookups over random ranges, and over everything.
+	for i := range 4 {
+		fb, n := h.pickRange()
+		if i == 0 {
+			fb, n = 0, uint64(len(h.model))+2
+		}
+		h.checkLookup(fb, n)
+	}
+	// Seek and last-block queries.
+	for range 3 {
+		fb := uint64(h.src.intn(len(h.model) + 2))
+		wantData, wantOK := uint64(0), false
+		for b := fb; b < uint64(len(h.model)); b++ {
+			if h.model[b].mapped {
+				wantData, wantOK = b, true
+				break
+			}
+		}
+		if d, ok := m.NextData(fb); d != wantData || ok != wantOK {
+			h.fail("NextData(%d) = %d, %v; want %d, %v", fb, d, ok, wantData, wantOK)
+		}
+		wantHole := fb
+		for wantHole < uint64(len(h.model)) && h.model[wantHole].mapped {
+			wantHole++
+		}
+		if got := m.NextHole(fb); got != wantHole {
+			h.fail("NextHole(%d) = %d, want %d", fb, got, wantHole)
+		}
+		x, ok := m.At(fb)
+		if ok != h.at(fb).mapped || (ok && (x.DevBlock+(fb-x.FileBlock) != h.at(fb).dev || fb < x.FileBlock || fb >= x.End())) {
+			h.fail("At(%d) = %v, %v; model %+v", fb, x, ok, h.at(fb))
+		}
+	}
+	lastAll, lastW := uint64(0), uint64(0)
+	for b, x := range h.model {
+		if x.mapped {
+			lastAll = uint64(b) + 1
+			if x.state == meta.Written {
+				lastW = uint64(b) + 1
+			}
+		}
+	}
+	if end, ok := m.LastBlock(); end != lastAll || ok != (lastAll > 0) {
+		h.fail("LastBlock = %d, %v; want %d", end, ok, lastAll)
+	}
+	if end, ok := m.LastWritten(); end != lastW || ok != (lastW > 0) {
+		h.fail("LastWritten = %d, %v; want %d", end, ok, lastW)
+	}
+}
+
+func (h *harness) checkLookup(fb, n uint64) {
+	h.t.Helper()
+	prefix := Segment{FileBlock: 12345, Len: 1}
+	h.segs = append(h.segs[:0], prefix)
+	segs := h.m.Lookup(fb, n, h.segs)
+	h.segs = segs
+	if segs[0] != prefix {
+		h.fail("Lookup overwrote out[0]")
+	}
+	segs = segs[1:]
+	hi := rangeEnd(fb, n)
+	cur := fb
+	for i, s := range segs {
+		if s.FileBlock != cur || s.Len == 0 || s.End() > hi || s.End() < s.FileBlock {
+			h.fail("Lookup(%d, %d) segment %d %+v does not continue at %d: %+v", fb, n, i, s, cur, segs)
+		}
+		if s.Hole && i > 0 && segs[i-1].Hole {
+			h.fail("Lookup(%d, %d): two holes in a row: %+v", fb, n, segs)
+		}
+		if s.Hole && (s.DevBlock != 0 || s.State != 0) {
+			h.fail("Lookup(%d, %d): hole with a device block or state: %+v", fb, n, s)
+		}
+		if !s.Hole {
+			// A mapped segment lies inside one extent.
+			e, ok := h.m.At(s.FileBlock)
+			if !ok || s.End() > e.End() {
+				h.fail("Lookup(%d, %d): segment %+v not inside one extent (%v)", fb, n, s, e)
+			}
+		}
+		// Compare with the model, block by block, inside the model.
+		for b := s.FileBlock; b < min(s.End(), uint64(len(h.model))); b++ {
+			x := h.model[b]
+			if x.mapped == s.Hole || (x.mapped && (x.dev != s.DevBlock+(b-s.FileBlock) || x.state != s.State)) {
+				h.fail("Lookup(%d, %d): block %d is %+v in %+v; model %+v", fb, n, b, s, segs, x)
+			}
+		}
+		if !s.Hole && s.End() > uint64(len(h.model)) {
+			h.fail("Lookup(%d, %d): mapped segment %+v past the model", fb, n, s)
+		}
+		cur = s.End()
+	}
+	if cur != hi {
+		h.fail("Lookup(%d, %d) covers up to %d, want %d: %+v", fb, n, cur, hi, segs)
+	}
+}
+
+func sortedRecords(r map[uint64]meta.Extent) []meta.Extent {
+	out := slices.Collect(maps.Values(r))
+	slices.SortFunc(out, func(a, b meta.Extent) int { return cmpUint64(a.FileBlock, b.FileBlock) })
+	return out
+}

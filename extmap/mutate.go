@@ -1,0 +1,317 @@
+package extmap
+
+import (
+	"math"
+	"slices"
+
+	"github.com/sluicefs/sluice/meta"
+)
+
+// Every mutation works the same way, on a window of the map:
+//
+//  1. collect copies into m.old the extents that overlap the range, plus,
+//     when the mutation can create mergeable pairs, the extents that touch
+//     it on either side;
+//  2. the mutation builds m.new, the window as it should be;
+//  3. normalize merges mergeable neighbours in m.new;
+//  4. commit applies the difference between m.old and m.new to the trees
+//     and reports it to the Recorder, key by key.
+//
+// Because commit reports the difference by key, the record mirror holds by
+// construction, and a record is reported only if its persisted form
+// changed.
+
+// maxScratch is the capacity above which the scratch slices are dropped
+// after a mutation, so that one huge truncate does not pin memory.
+const maxScratch = 4096
+
+// Insert maps the range of e, which must currently be wholly a hole, merging
+// it with mergeable neighbours (see the package doc, Merging). e must be
+// valid: Len > 0, no overflow in the file or on the device, State Written or
+// Unwritten, and Epoch 0 if Unwritten. A Written extent with Epoch > 0 is
+// persisted as Unwritten until MarkDurable covers its epoch. On error
+// (ErrInvalid, ErrMapped) nothing changes and nothing is recorded.
+func (m *Map) Insert(e Extent, rec Recorder) error {
+	if !e.valid() {
+		return &Error{Op: "insert", Extent: e, Err: ErrInvalid}
+	}
+	lo, hi := e.FileBlock, e.End()
+	m.collect(lo, hi, true)
+	m.new = m.new[:0]
+	placed := false
+	for _, x := range m.old {
+		if x.FileBlock < hi && x.End() > lo {
+			err := &Error{Op: "insert", Extent: e, Err: detail(ErrMapped, "overlaps %v", x)}
+			m.trimScratch()
+			return err
+		}
+		if !placed && x.FileBlock >= hi {
+			m.new = append(m.new, e)
+			placed = true
+		}
+		m.new = append(m.new, x)
+	}
+	if !placed {
+		m.new = append(m.new, e)
+	}
+	m.normalize()
+	m.commit(rec)
+	return nil
+}
+
+// Convert makes every Unwritten block in [fb, fb+n) Written with the given
+// epoch: 0 if the data is already durable (the record says Written at
+// once), otherwise the epoch whose MarkDurable will make the record say
+// Written. Holes and written blocks (pending or not) are left as they are.
+// Extents are split at the range's edges and merged with mergeable
+// neighbours. Analogous to xfs_iomap_write_unwritten /
+// ext4_convert_unwritten_extents at direct-write completion.
+func (m *Map) Convert(fb, n, epoch uint64, rec Recorder) {
+	m.restate(fb, n, restate{from: meta.Unwritten, minEpoch: 0, maxEpoch: 0, to: meta.Written, epoch: epoch}, rec)
+}
+
+// Unconvert makes every Written block in [fb, fb+n), pending or not,
+// Unwritten with Epoch 0: the blocks stay allocated and read as zeros, for
+// FALLOC_FL_ZERO_RANGE (analogous to ext4_zero_range's conversion to
+// unwritten; XFS punches and preallocates instead). Holes and unwritten
+// blocks are left as they are. Extents are split at the range's edges and
+// merged with mergeable neighbours.
+func (m *Map) Unconvert(fb, n uint64, rec Recorder) {
+	m.restate(fb, n, restate{from: meta.Written, minEpoch: 0, maxEpoch: math.MaxUint64, to: meta.Unwritten, epoch: 0}, rec)
+}
+
+// MarkDurable sets Epoch 0 on every extent with 0 < Epoch <= upTo, so that
+// its record says Written, and merges it with mergeable neighbours. The
+// engine calls it once the device flush of epoch upTo has completed, and
+// puts what it records into the metadata batch it then syncs. Only the
+// extents it changes (and neighbours it merges them with) are reported;
+// an extent made durable and then merged with a neighbour made durable by
+// a later step of the same call may be Put twice. O(1) when nothing is
+// pending with Epoch <= upTo.
+func (m *Map) MarkDurable(upTo uint64, rec Recorder) {
+	for {
+		k, ok := m.pending.Min()
+		if !ok || k.Epoch > upTo {
+			return
+		}
+		e, ok := m.extents.Get(endKey(k.End))
+		if !ok || e.FileBlock != k.FileBlock || e.Epoch != k.Epoch || e.State != meta.Written {
+			panic("extmap: pending index out of step with the extents")
+		}
+		m.restate(e.FileBlock, e.Len, restate{from: meta.Written, minEpoch: 1, maxEpoch: upTo, to: meta.Written, epoch: 0}, rec)
+	}
+}
+
+// Remove unmaps [fb, fb+n) (punch hole, truncate), splitting extents at the
+// range's edges, and returns the device blocks it freed, sorted by Start and
+// coalesced where contiguous. A range that runs past block 2^64-1 is
+// clipped there, so Remove(size, math.MaxUint64, rec) truncates.
+func (m *Map) Remove(fb, n uint64, rec Recorder) []DevRange {
+	lo, hi := fb, rangeEnd(fb, n)
+	if hi <= lo {
+		return nil
+	}
+	m.collect(lo, hi, false)
+	if len(m.old) == 0 {
+		return nil
+	}
+	var freed []DevRange
+	m.new = m.new[:0]
+	for _, x := range m.old {
+		s, e := max(lo, x.FileBlock), min(hi, x.End())
+		if x.FileBlock < s {
+			m.new = append(m.new, x.piece(x.FileBlock, s))
+		}
+		freed = append(freed, DevRange{Start: x.DevBlock + (s - x.FileBlock), Len: e - s})
+		if e < x.End() {
+			m.new = append(m.new, x.piece(e, x.End()))
+		}
+	}
+	m.commit(rec)
+	return coalesce(freed)
+}
+
+// coalesce sorts ranges by Start and merges touching ones, in place.
+func coalesce(rs []DevRange) []DevRange {
+	if len(rs) <= 1 {
+		return rs
+	}
+	slices.SortFunc(rs, func(a, b DevRange) int { return cmpUint64(a.Start, b.Start) })
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		if last := &out[len(out)-1]; last.End() == r.Start {
+			last.Len += r.Len
+		} else {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// restate describes a state change: extents whose State is from and whose
+// Epoch lies in [minEpoch, maxEpoch] get State to and Epoch epoch.
+type restate struct {
+	from               meta.ExtentState
+	minEpoch, maxEpoch uint64
+	to                 meta.ExtentState
+	epoch              uint64
+}
+
+func (r restate) applies(e Extent) bool {
+	return e.State == r.from && e.Epoch >= r.minEpoch && e.Epoch <= r.maxEpoch
+}
+
+// restate applies r to the blocks of [fb, fb+n).
+func (m *Map) restate(fb, n uint64, r restate, rec Recorder) {
+	lo, hi := fb, rangeEnd(fb, n)
+	if hi <= lo {
+		return
+	}
+	m.collect(lo, hi, true)
+	m.new = m.new[:0]
+	changed := false
+	for _, x := range m.old {
+		if x.FileBlock >= hi || x.End() <= lo || !r.applies(x) {
+			m.new = append(m.new, x)
+			continue
+		}
+		changed = true
+		s, e := max(lo, x.FileBlock), min(hi, x.End())
+		if x.FileBlock < s {
+			m.new = append(m.new, x.piece(x.FileBlock, s))
+		}
+		y := x.piece(s, e)
+		y.State, y.Epoch = r.to, r.epoch
+		m.new = append(m.new, y)
+		if e < x.End() {
+			m.new = append(m.new, x.piece(e, x.End()))
+		}
+	}
+	if !changed {
+		m.trimScratch()
+		return
+	}
+	m.normalize()
+	m.commit(rec)
+}
+
+// collect sets m.old to the extents that overlap [lo, hi), in order, and if
+// neighbours is set also to the extent that ends at lo and the one that
+// starts at hi, if they exist. lo < hi.
+func (m *Map) collect(lo, hi uint64, neighbours bool) {
+	m.old = m.old[:0]
+	from := lo + 1 // the first extent that ends after lo
+	if neighbours {
+		from = lo // or at lo
+	}
+	m.extents.AscendGreaterOrEqual(endKey(from), func(e Extent) bool {
+		if e.FileBlock < hi || (neighbours && e.FileBlock == hi) {
+			m.old = append(m.old, e)
+			return e.FileBlock < hi
+		}
+		return false
+	})
+}
+
+// normalize merges mergeable neighbours in m.new, in place.
+func (m *Map) normalize() {
+	if len(m.new) <= 1 {
+		return
+	}
+	out := m.new[:1]
+	for _, e := range m.new[1:] {
+		if last := &out[len(out)-1]; mergeable(*last, e) {
+			last.Len += e.Len
+		} else {
+			out = append(out, e)
+		}
+	}
+	m.new = out
+}
+
+// commit replaces the extents m.old with the extents m.new (both sorted,
+// covering the same window) in the trees, and records the difference by
+// key (FileBlock): a Delete for each key only in m.old, a Put for each key
+// only in m.new, and a Put for each key in both whose persisted record
+// changed. The extent tree is keyed by End, which a new extent may share
+// with an old one at another key, so every old extent that changes leaves
+// the tree before any new one enters it (except one whose End does not
+// change, which is replaced in place: no other new extent can have its End).
+func (m *Map) commit(rec Recorder) {
+	old, nw := m.old, m.new
+	// Pass 1: records, counters, the pending index; old extents out.
+	i, j := 0, 0
+	for i < len(old) || j < len(nw) {
+		switch {
+		case j == len(nw) || (i < len(old) && old[i].FileBlock < nw[j].FileBlock):
+			x := old[i]
+			m.extents.Delete(x)
+			m.unindex(x)
+			m.blocks -= x.Len
+			if rec != nil {
+				rec.Delete(x.FileBlock)
+			}
+			i++
+		case i == len(old) || nw[j].FileBlock < old[i].FileBlock:
+			y := nw[j]
+			m.index(y)
+			m.blocks += y.Len
+			if rec != nil {
+				rec.Put(y)
+			}
+			j++
+		default:
+			x, y := old[i], nw[j]
+			if x != y {
+				if x.End() != y.End() {
+					// Otherwise pass 2 replaces x in place.
+					m.extents.Delete(x)
+				}
+				m.unindex(x)
+				m.index(y)
+				m.blocks = m.blocks - x.Len + y.Len
+				if rec != nil && x.Persisted() != y.Persisted() {
+					rec.Put(y)
+				}
+			}
+			i++
+			j++
+		}
+	}
+	// Pass 2: new and changed extents in.
+	i = 0
+	for _, y := range nw {
+		for i < len(old) && old[i].FileBlock < y.FileBlock {
+			i++
+		}
+		if i < len(old) && old[i] == y {
+			continue
+		}
+		m.extents.ReplaceOrInsert(y)
+	}
+	m.trimScratch()
+}
+
+// index adds e to the pending index if it is pending.
+func (m *Map) index(e Extent) {
+	if e.Epoch > 0 {
+		m.pending.ReplaceOrInsert(pendingKey{Epoch: e.Epoch, FileBlock: e.FileBlock, End: e.End()})
+	}
+}
+
+// unindex removes e from the pending index if it is pending.
+func (m *Map) unindex(e Extent) {
+	if e.Epoch > 0 {
+		m.pending.Delete(pendingKey{Epoch: e.Epoch, FileBlock: e.FileBlock})
+	}
+}
+
+// trimScratch drops scratch slices that one large mutation grew.
+func (m *Map) trimScratch() {
+	if cap(m.old) > maxScratch {
+		m.old = nil
+	}
+	if cap(m.new) > maxScratch {
+		m.new = nil
+	}
+}

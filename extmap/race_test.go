@@ -1,0 +1,5 @@
+//go:build race
+
+package extmap
+
+const raceEnabled = true
