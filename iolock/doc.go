@@ -1,0 +1,190 @@
+// Package iolock is the per-inode I/O lock and the in-flight direct-I/O
+// counter: sluice's equivalents of the XFS IOLOCK (the VFS i_rwsem, taken by
+// xfs_ilock(ip, XFS_IOLOCK_SHARED|XFS_IOLOCK_EXCL)) and of i_dio_count with
+// inode_dio_begin, inode_dio_end and inode_dio_wait.
+//
+// Every in-core inode embeds one Lock and one DIO. Their zero values are ready
+// to use (unlocked, nothing in flight); neither may be copied after first use.
+// Neither starts goroutines. The package imports nothing from sluice.
+//
+// # Modes
+//
+// A Lock is held in one of two modes:
+//
+//   - Shared: any number of holders at once. Taken by operations that may run
+//     side by side on one file: reads, aligned direct writes that start at or
+//     before EOF (allocation is serialised by the extent-map lock, not by
+//     this one), sub-block direct overwrites of written blocks.
+//   - Exclusive: one holder and nobody else. Taken by operations that change
+//     the file's size or layout in a way a concurrent I/O could observe half
+//     done: truncate, fallocate, EOF zeroing, sub-block writes that need
+//     zeroing or unwritten-extent conversion, buffered writes, O_APPEND.
+//
+// Compatibility (may a request be granted while the lock is held so?):
+//
+//	requested \ held   | unlocked | Shared | Exclusive
+//	-------------------+----------+--------+----------
+//	Shared             | yes      | yes*   | no
+//	Exclusive          | yes      | no     | no
+//
+//	* only if no waiter is queued; see Fairness.
+//
+// The lock is not reentrant and has no owner: a goroutine that holds it and
+// asks for it again may deadlock (Shared then Shared deadlocks as soon as an
+// Exclusive waiter queues in between, as with the kernel's rwsem). Unlock must
+// name the mode that is held. Unlock of a mode that is not held is a bug in the
+// caller and panics, as sync.Mutex does; the lock's state cannot be trusted
+// after it.
+//
+// # Demote
+//
+// Demote turns an Exclusive hold into a Shared hold without releasing the lock
+// (xfs_ilock_demote, downgrade_write). There is no instant at which the lock is
+// free, so no other Exclusive holder, and no writer of any kind, can get in
+// between: whatever the caller established under Exclusive (an EOF zeroed, a
+// drained DIO count, pages flushed) still holds when the Shared part starts.
+// Shared waiters at the head of the queue are admitted together with the
+// demoted holder, as if the lock had been released to them; an Exclusive
+// waiter at the head stays queued (and so do all waiters behind it).
+// The aligned direct write past EOF uses this: Exclusive to drain and zero the
+// gap, then Demote, then the I/O under Shared.
+//
+// # No upgrade
+//
+// There is no Shared -> Exclusive upgrade, as in the kernel. Two Shared
+// holders that both want to upgrade would wait for each other forever; an
+// upgrade that jumped the queue would break Fairness. An operation that finds,
+// under Shared, that it needs Exclusive must:
+//
+//	l.Unlock(iolock.Shared)
+//	l.Lock(iolock.Exclusive)
+//	// ... and redo every check made under Shared: the file size, the extent
+//	// mapping, the privilege bits, the page-cache state. Any of them may have
+//	// changed while the lock was free. (xfs_file_write_checks: "goto restart")
+//
+// NOWAIT callers use TryLock(Exclusive) in place of Lock and fail with EAGAIN
+// when it returns false.
+//
+// # Fairness
+//
+// Grants are strictly first come, first served, with one refinement for
+// readers. Exactly:
+//
+//  1. A request (Lock, LockContext, TryLock) is granted at once if and only if
+//     no waiter is queued and the request is compatible with the current
+//     holders. Otherwise Lock and LockContext join the tail of one FIFO queue
+//     of waiters, and TryLock returns false without queueing.
+//  2. Whenever the holders change (the last Shared holder leaves, the
+//     Exclusive holder leaves or demotes) or a queued LockContext gives up,
+//     the head of the queue is examined. An Exclusive head is granted if
+//     nobody holds the lock. A Shared head is granted if nobody holds the lock
+//     Exclusive, together with every consecutive Shared waiter behind it, up
+//     to (not past) the next Exclusive waiter.
+//  3. A grant is a hand-off: the lock is marked as held by the woken waiters
+//     before they run, so no newcomer can take the lock between a release and
+//     the waiters it wakes.
+//
+// Consequences. Once an Exclusive waiter is queued, new Shared requests,
+// including TryLock(Shared), wait behind it (or fail), so a stream of
+// overlapping readers cannot starve a writer: the writer is granted as soon as
+// the holders present when it queued, and the waiters ahead of it, are done.
+// A waiter never waits for anyone who arrived after it.
+//
+// This is stricter than Linux's rwsem, which lets a running task steal the
+// lock from queued waiters until the head has waited RWSEM_WAIT_TIMEOUT (about
+// 4 ms) and then sets a hand-off bit, and whose rwsem_mark_wake wakes up to
+// MAX_READERS_WAKEUP (256) readers from anywhere in the queue, skipping queued
+// writers. sluice keeps writers' FIFO position instead: the sub-block and
+// extending writes that queue for Exclusive are exactly the ones whose latency
+// the seed experiments measure.
+//
+// # Which operation takes which mode
+//
+// The engine decides; this table is its contract, from DESIGN.md section 4 and
+// the XFS functions named in the last column. "classic" and "concurrent" are
+// the engine's Policy presets (all seed optimisations off, or on). "drain" is
+// DIO.Wait under Exclusive. "NOWAIT" means the caller passed RWF_NOWAIT or is
+// the ring's inline first attempt: it uses TryLock, and every step that would
+// block (lock, upgrade, drain, EOF zeroing, allocation, writeback) returns
+// EAGAIN instead, with no side effects.
+//
+//	operation                  | classic                  | concurrent (default)     | kernel analogue
+//	---------------------------+--------------------------+--------------------------+-------------------------------
+//	direct read                | Exclusive, drain, write  | Shared; write back only  | xfs_file_dio_read (2011 / now)
+//	                           | back and drop the file's | the range's dirty cached |
+//	                           | cached pages, Demote,    | pages, under Shared      |
+//	                           | read under Shared        |                          |
+//	aligned direct write,      | Shared                   | Shared                   | xfs_file_dio_write_aligned
+//	within EOF                 |                          |                          |
+//	aligned direct write that  | Shared; the new size is  | same                     | xfs_file_dio_write_aligned,
+//	starts at EOF (pos = size) | published at completion  |                          | xfs_dio_write_end_io
+//	aligned direct write that  | Exclusive, drain, zero   | same                     | xfs_file_write_checks
+//	starts past EOF            | [size, pos), Demote,     |                          | (EOF-gap branch)
+//	                           | write under Shared       |                          |
+//	sub-block direct write,    | Exclusive, drain,        | Shared, overwrite-only;  | xfs_file_dio_write_unaligned
+//	within EOF                 | synchronous completion   | if the range is not one  | (IOMAP_DIO_OVERWRITE_ONLY,
+//	                           |                          | written extent: Unlock,  | then IOMAP_DIO_FORCE_WAIT)
+//	                           |                          | Lock(Exclusive), redo    |
+//	                           |                          | every check, drain,      |
+//	                           |                          | synchronous completion   |
+//	sub-block direct write     | Exclusive at once,       | same                     | xfs_file_dio_write_unaligned
+//	touching the EOF block or  | drain, synchronous       |                          | (pos+count >= isize)
+//	past EOF                   | completion               |                          |
+//	write that must strip      | Exclusive                | Exclusive (then Shared   | xfs_file_write_checks
+//	suid/sgid/capabilities     |                          | once the inode is known  | (!IS_NOSEC relock)
+//	                           |                          | to need no stripping)    |
+//	NOWAIT caller that would   | (no NOWAIT path)         | TryLock; EAGAIN, no side | xfs_ilock_iocb,
+//	block                      |                          | effects                  | xfs_ilock_iocb_for_write
+//	O_APPEND write             | Exclusive                | Exclusive: appends are   | ext4, FUSE (XFS: Shared)
+//	                           |                          | serialised; pos = size   |
+//	                           |                          | sampled under Exclusive  |
+//	truncate, punch hole,      | Exclusive + drain        | Exclusive + drain        | xfs_setattr_size,
+//	fallocate                  |                          |                          | __xfs_file_fallocate
+//	buffered write             | Exclusive                | Exclusive                | xfs_file_buffered_write
+//	buffered read              | Shared                   | Shared                   | xfs_file_buffered_read
+//
+// Two rules hold across the table. Exclusive is never needed during the data
+// I/O of an aligned direct write, so that path demotes before submitting. And
+// every Exclusive taken to change size or layout drains in-flight direct I/O
+// first, because holding Exclusive stops only new submissions, not
+// asynchronous I/O already submitted under an earlier Shared hold.
+//
+// # In-flight direct I/O
+//
+// An asynchronous direct I/O (the ring) is submitted under the Lock and may
+// complete after the Lock is released. DIO counts such I/Os: Begin before the
+// first device I/O is submitted, End in completion after unwritten-extent
+// conversion and the size update (the completion order in DESIGN.md section
+// 4). Wait blocks until the count is zero. The count can stay at zero only
+// while nobody calls Begin, so Wait's caller must hold the Lock Exclusive,
+// which stops new submissions; this is the "drain" of the table.
+//
+// # Observability
+//
+// Lock.Stats counts grants, contended requests, TryLock failures, demotes and
+// abandoned LockContext calls per mode; DIO has InFlight, a high-water mark
+// (Max, ResetMax) and Underflows. The engine exports them as counters and
+// tests assert on them (for example "this sub-block overwrite took no
+// Exclusive lock"). Reading them never waits for a holder of the lock.
+// Lock.Waiters lets a test know that a goroutine is blocked in Lock, instead
+// of sleeping and hoping; Lock.Holders serves "Preconditions:" assertions.
+//
+// # Cost
+//
+// An uncontended Lock is one compare-and-swap on the lock word, which also
+// counts the grant in Stats; Unlock is one atomic add (Shared) or
+// compare-and-swap (Exclusive). That is the cost of sync.RWMutex: two atomic
+// read-modify-writes per Lock/Unlock pair, no mutex, no allocation. Shared
+// holders touch only the lock word's cache line, so readers contend with each
+// other on that line and never on a mutex. The internal mutex is taken only
+// when a request must queue, when a release or Demote hands the lock to
+// queued waiters, once every 2^20 Shared or 2^18 Exclusive grants (to carry
+// the lock word's counter), and by Stats. A queued request costs no
+// allocation either (waiters are pooled).
+//
+// # Build tag invariants
+//
+// With -tags invariants, DIO.End on a zero count panics. Without it, End on a
+// zero count is ignored, counted (DIO.Underflows) and logged through log/slog,
+// so that a server survives the bug and exports it.
+package iolock
