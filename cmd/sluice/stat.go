@@ -1,0 +1,207 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/sluicefs/sluice/device/directdev"
+	"github.com/sluicefs/sluice/volume"
+)
+
+func init() {
+	register(&command{
+		name:    "stat",
+		usage:   "VOLUME [--json]",
+		summary: "show the header and space usage",
+		run:     runStat,
+	})
+}
+
+// statJSON is the --json output of stat: volume.Info plus the byte counts
+// and the data device's path, so that a script need not multiply blocks.
+type statJSON struct {
+	*volume.Info
+	DataPath  string `json:"data_path"`
+	DataBytes uint64 `json:"data_bytes"`
+	UsedBytes uint64 `json:"used_bytes"`
+	FreeBytes uint64 `json:"free_bytes"`
+}
+
+// runStat opens the volume read-only and prints its header and space
+// usage: one "key value" line each, sizes in bytes and IEC units.
+func runStat(args []string, stdout io.Writer) error {
+	fs := newFlags("stat")
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return &usageError{"expected one VOLUME"}
+	}
+	dir := pos[0]
+	v, err := openVolumeReadOnly(dir)
+	if err != nil {
+		return err
+	}
+	defer v.Close()
+	in, err := v.Stat()
+	if err != nil {
+		return fmt.Errorf("volume %s: reading the metadata: %w", dir, err)
+	}
+	describeDevice(v, in)
+	bs := uint64(in.BlockSize)
+	out := statJSON{
+		Info:      in,
+		DataPath:  dataDevicePath(dir),
+		DataBytes: in.DataBlocks * bs,
+		UsedBytes: in.UsedBlocks * bs,
+		FreeBytes: in.FreeBlocks * bs,
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	line := func(k, format string, a ...any) {
+		fmt.Fprintf(stdout, "%-12s %s\n", k, fmt.Sprintf(format, a...))
+	}
+	line("volume", "%s", dir)
+	line("uuid", "%s", in.UUID)
+	line("format", "%d", in.Format)
+	line("block size", "%s", bytesIEC(uint64(in.BlockSize)))
+	line("I/O unit", "%s", bytesIEC(uint64(in.IOUnit)))
+	line("device", "%s, %s, %s", out.DataPath, bytesIEC(in.DeviceBytes), deviceKind(dir))
+	line("I/O", "%s", ioMode(in))
+	line("blocks", "%d total: header in [0, %d), data in [%d, %d)", in.TotalBlocks, in.DataStart, in.DataStart, in.TotalBlocks)
+	line("data", "%d blocks, %s", in.DataBlocks, bytesIEC(out.DataBytes))
+	line("used", "%d blocks, %s (%s)", in.UsedBlocks, bytesIEC(out.UsedBytes), in.UsedFraction)
+	line("free", "%d blocks, %s in %d %s", in.FreeBlocks, bytesIEC(out.FreeBytes), in.FreeExtents, pickPlural(in.FreeExtents, "extent", "extents"))
+	line("inodes", "%d", in.Inodes)
+	line("orphans", "%d", in.Orphans)
+	return nil
+}
+
+// openVolumeReadOnly opens a volume for stat and fsck, turning the refusals
+// of volume.Open into one-line messages that say what to do.
+func openVolumeReadOnly(dir string) (*volume.Volume, error) {
+	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: true})
+	if err != nil {
+		return nil, volumeOpenError(dir, err)
+	}
+	return v, nil
+}
+
+// volumeOpenError adds advice to the errors of volume.Open and volume.Mkfs
+// that carry a sentinel; the others already say what is wrong.
+func volumeOpenError(dir string, err error) error {
+	switch {
+	case errors.Is(err, volume.ErrInUse):
+		// "volume DIR is in use by pid N: volume in use": drop the
+		// sentinel's redundant text.
+		msg := strings.TrimSuffix(err.Error(), ": "+volume.ErrInUse.Error())
+		return fmt.Errorf("%s; unmount it or stop that process first", msg)
+	case errors.Is(err, volume.ErrBadHeader):
+		return fmt.Errorf("%w; restore %s from a backup, or recreate the volume with: sluice mkfs %s --size SIZE --force (this erases it)",
+			err, dataDevicePath(dir), dir)
+	case errors.Is(err, directdev.ErrNoDirectIO):
+		return fmt.Errorf("volume %s: %w", dir, err)
+	}
+	return err
+}
+
+// describeDevice fills in the fields of in that volume.Stat leaves to the
+// caller because they depend on how the device was opened.
+func describeDevice(v *volume.Volume, in *volume.Info) {
+	if d, ok := v.Dev.(*directdev.Device); ok {
+		in.DataBackend = d.Backend().String()
+		in.DirectIO = d.Direct()
+	}
+	if in.DataBlocks > 0 {
+		in.UsedFraction = fmt.Sprintf("%.1f%%", 100*float64(in.UsedBlocks)/float64(in.DataBlocks))
+	}
+}
+
+// ioMode describes how the data device is driven, e.g. "O_DIRECT, io_uring".
+func ioMode(in *volume.Info) string {
+	mode := "buffered (no O_DIRECT)"
+	if in.DirectIO {
+		mode = "O_DIRECT"
+	}
+	switch in.DataBackend {
+	case "uring":
+		return mode + ", io_uring"
+	case "pread":
+		return mode + ", pread/pwrite (io_uring unavailable)"
+	case "":
+		return mode
+	}
+	return mode + ", " + in.DataBackend
+}
+
+// dataDevicePath is VOLUME/data, or the block device it links to.
+func dataDevicePath(dir string) string {
+	p := filepath.Join(dir, "data")
+	if t, err := os.Readlink(p); err == nil {
+		return t
+	}
+	return p
+}
+
+// deviceKind says whether the data device is a block device or an image
+// file, and how much of an image is allocated.
+func deviceKind(dir string) string {
+	fi, err := os.Stat(filepath.Join(dir, "data"))
+	if err != nil {
+		return "unknown"
+	}
+	if fi.Mode()&os.ModeDevice != 0 {
+		return "block device"
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		allocated := uint64(st.Blocks) * 512
+		if allocated < uint64(fi.Size()) {
+			return "sparse image file, " + unitsIEC(allocated) + " allocated"
+		}
+	}
+	return "image file"
+}
+
+// bytesIEC formats n as "N B" or "N B (x.y KiB/MiB/...)".
+func bytesIEC(n uint64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%d B (%s)", n, unitsIEC(n))
+}
+
+// unitsIEC formats n in the largest IEC unit it reaches: "512 B", "4 KiB",
+// "1.5 GiB".
+func unitsIEC(n uint64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(1024), 0
+	for n/div >= 1024 && exp < len(units)-1 {
+		div *= 1024
+		exp++
+	}
+	if n%div == 0 {
+		return fmt.Sprintf("%d %ciB", n/div, units[exp])
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), units[exp])
+}
+
+func pickPlural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
