@@ -240,26 +240,44 @@ func checkKV(kv meta.KV, h *volume.Header) (*CheckReport, error) {
 		return nil, err
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
-	for i := 1; i < len(runs); i++ {
-		a, b := runs[i-1], runs[i]
-		if b.start >= a.end {
-			continue
+	// One sweep finds both double ownership and blocks nobody owns (a sum
+	// would let one double-owned block hide one leaked block).
+	cursor := h.DataStart
+	var leaked uint64
+	var firstGap uint64
+	for i, b := range runs {
+		if b.start > cursor {
+			if leaked == 0 {
+				firstGap = cursor
+			}
+			leaked += b.start - cursor
 		}
-		switch {
-		case a.owner == 0 && b.owner == 0:
-			r.add("overlapping-free", "free extents overlap at block %d", b.start)
-		case a.owner == 0 || b.owner == 0:
-			r.add("extent-in-free-space", "block %d is both free and owned by inode %d", b.start, max(a.owner, b.owner))
-		default:
-			r.add("overlapping-extents", "block %d is owned by inodes %d and %d", b.start, a.owner, b.owner)
+		if i > 0 {
+			a := runs[i-1]
+			if b.start < a.end {
+				switch {
+				case a.owner == 0 && b.owner == 0:
+					r.add("overlapping-free", "free extents overlap at block %d", b.start)
+				case a.owner == 0 || b.owner == 0:
+					r.add("extent-in-free-space", "block %d is both free and owned by inode %d", b.start, max(a.owner, b.owner))
+				default:
+					r.add("overlapping-extents", "block %d is owned by inodes %d and %d", b.start, a.owner, b.owner)
+				}
+				if b.end < a.end { // keep the longer run for the next comparison
+					runs[i] = a
+				}
+			}
 		}
-		if b.end < a.end { // keep the longer run for the next comparison
-			runs[i] = a
-		}
+		cursor = max(cursor, runs[i].end)
 	}
-	if r.UsedBlocks+r.FreeBlocks < r.DataBlocks {
-		r.add("leaked-blocks", "%d blocks are neither free nor owned (used %d + free %d < %d)",
-			r.DataBlocks-r.UsedBlocks-r.FreeBlocks, r.UsedBlocks, r.FreeBlocks, r.DataBlocks)
+	if cursor < total {
+		if leaked == 0 {
+			firstGap = cursor
+		}
+		leaked += total - cursor
+	}
+	if leaked > 0 {
+		r.add("leaked-blocks", "%d blocks are neither free nor owned (the first at block %d)", leaked, firstGap)
 	}
 	return r, nil
 }

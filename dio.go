@@ -48,12 +48,13 @@ func (fs *FS) blockRange(off, end int64) (first, n uint64) {
 // the result is clipped to the size sampled at submission.
 func (in *inode) directRead(k *kiocb) (int, error) {
 	fs := in.fs
-	if err := fs.checkDirect(k.buf, k.off); err != nil {
-		return 0, err
-	}
 	if len(k.buf) == 0 {
 		return 0, nil
 	}
+	// Alignment is checked, as by iomap, only once the read is known to
+	// reach mapped blocks: reads at or past EOF return 0, and reads of
+	// holes return zeros, whatever their alignment.
+	misaligned := fs.checkDirect(k.buf, k.off)
 	fs.counters.DirectReads.Add(1)
 	if fs.policy.SharedDirectReads {
 		if !in.lockIO(iolock.Shared, k.nowait) {
@@ -91,6 +92,9 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 	}
 	n := min(int64(len(k.buf)), size-k.off)
 	span := roundUp(n, fs.ioUnit)
+	if misaligned != nil {
+		span = n
+	}
 	m, err := in.extentsLocked()
 	if err != nil {
 		in.mu.Unlock()
@@ -100,6 +104,14 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 	first, nb := fs.blockRange(k.off, k.off+span)
 	segs := m.Lookup(first, nb, nil)
 	in.mu.Unlock()
+	if misaligned != nil {
+		for _, s := range segs {
+			if !s.Hole && s.State == meta.Written {
+				in.io.Unlock(iolock.Shared)
+				return 0, misaligned
+			}
+		}
+	}
 
 	b := &ioBatch{}
 	for _, s := range segs {
@@ -154,11 +166,11 @@ func (fs *FS) devOffset(s extmap.Segment, pos int64) int64 {
 // writes (whole blocks) and sub-block writes take different routes.
 func (in *inode) directWrite(k *kiocb) (int, error) {
 	fs := in.fs
-	if err := fs.checkDirect(k.buf, k.off); err != nil {
-		return 0, err
-	}
 	if len(k.buf) == 0 {
 		return 0, nil
+	}
+	if err := fs.checkDirect(k.buf, k.off); err != nil {
+		return 0, err
 	}
 	fs.counters.DirectWrites.Add(1)
 	if (k.off|int64(len(k.buf)))&(fs.blockSize-1) != 0 {

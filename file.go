@@ -62,54 +62,11 @@ func (fs *FS) openFile(path string, flag int, perm uint32) (*File, error) {
 		return nil, syscall.EINVAL
 	}
 	links := 0
-	dir, name, err := fs.walkFrom(RootIno, path, &links)
+	w, err := fs.walkFrom(RootIno, path, &links)
 	if err != nil {
 		return nil, err
 	}
-	var in *inode
-	if name == "." {
-		if flag&O_CREAT != 0 && flag&O_EXCL != 0 {
-			return nil, syscall.EEXIST
-		}
-		in, err = fs.getInode(dir)
-	} else if flag&O_CREAT != 0 {
-		var created bool
-		in, created, err = fs.create(dir, name, syscall.S_IFREG|perm&0o7777, fs.defaultOwner(), 0, nil, flag&O_EXCL != 0)
-		if err == nil && !created {
-			in.mu.Lock()
-			mode := in.attr.Mode
-			in.mu.Unlock()
-			if isSymlink(mode) {
-				// O_CREAT follows a final symlink (and creates nothing
-				// through a dangling one in this implementation).
-				fs.putInode(in)
-				in = nil
-				if flag&O_NOFOLLOW != 0 {
-					return nil, syscall.ELOOP
-				}
-				var ino Ino
-				ino, err = fs.followLink(dir, in0(fs, dir, name), &links)
-				if err == nil {
-					in, err = fs.getInode(ino)
-				}
-			}
-		}
-	} else {
-		var a Attr
-		a, err = fs.Lookup(dir, name)
-		if err == nil {
-			ino := a.Ino
-			if isSymlink(a.Mode) {
-				if flag&O_NOFOLLOW != 0 {
-					return nil, syscall.ELOOP
-				}
-				ino, err = fs.followLink(dir, a.Ino, &links)
-			}
-			if err == nil {
-				in, err = fs.getInode(ino)
-			}
-		}
-	}
+	in, err := fs.openTarget(w, flag, perm, &links)
 	if err != nil {
 		return nil, err
 	}
@@ -122,14 +79,61 @@ func (fs *FS) openFile(path string, flag int, perm uint32) (*File, error) {
 	return f, nil
 }
 
-// in0 looks up the inode number of name in dir (used after create found
-// an existing symlink).
-func in0(fs *FS, dir Ino, name string) Ino {
-	a, err := fs.Lookup(dir, name)
-	if err != nil {
-		return 0
+// openTarget returns, referenced, the inode an open of w names: following
+// symlinks (a dangling one with O_CREAT creates its target, as Linux
+// does), creating the file for O_CREAT.
+func (fs *FS) openTarget(w walked, flag int, perm uint32, links *int) (*inode, error) {
+	creat := flag&O_CREAT != 0
+	for {
+		if !w.entry() || !creat {
+			a, err := fs.target(w)
+			if err != nil {
+				return nil, err
+			}
+			ino := a.Ino
+			if isSymlink(a.Mode) {
+				if flag&O_NOFOLLOW != 0 && !w.mustDir {
+					return nil, syscall.ELOOP
+				}
+				if ino, err = fs.followLink(w.dir, a.Ino, links); err != nil {
+					return nil, err
+				}
+			} else if w.mustDir && !a.IsDir() {
+				return nil, syscall.ENOTDIR
+			}
+			if creat { // "dir/." or "dir/.." with O_CREAT
+				return nil, syscall.EISDIR
+			}
+			return fs.getInode(ino)
+		}
+		if w.mustDir {
+			return nil, syscall.EISDIR // open("f/", O_CREAT)
+		}
+		a, err := fs.Lookup(w.dir, w.name)
+		switch {
+		case err == syscall.ENOENT:
+			in, _, err := fs.create(w.dir, w.name, syscall.S_IFREG|perm&0o7777, fs.defaultOwner(), 0, nil, true)
+			if err == syscall.EEXIST && flag&O_EXCL == 0 {
+				continue // created by someone else meanwhile: open it
+			}
+			return in, err
+		case err != nil:
+			return nil, err
+		case flag&O_EXCL != 0:
+			return nil, syscall.EEXIST
+		case isSymlink(a.Mode):
+			if flag&O_NOFOLLOW != 0 {
+				return nil, syscall.ELOOP
+			}
+			if w, err = fs.linkTarget(w.dir, a.Ino, links); err != nil {
+				return nil, err
+			}
+		case a.IsDir():
+			return nil, syscall.EISDIR
+		default:
+			return fs.getInode(a.Ino)
+		}
 	}
-	return a.Ino
 }
 
 // OpenIno opens inode ino with open(2) flags (no O_CREAT): what the FUSE
@@ -181,6 +185,8 @@ func (fs *FS) openInode(in *inode, flag int) (*File, error) {
 		// Reachable by inode number only (FUSE); it still works.
 	case isDir(mode) && (acc != O_RDONLY || flag&O_TRUNC != 0):
 		return nil, syscall.EISDIR
+	case isDir(mode) && flag&O_DIRECT != 0:
+		return nil, syscall.EINVAL
 	case !isDir(mode) && flag&O_DIRECTORY != 0:
 		return nil, syscall.ENOTDIR
 	case isSymlink(mode):
@@ -191,7 +197,7 @@ func (fs *FS) openInode(in *inode, flag int) (*File, error) {
 			return nil, err
 		}
 	}
-	if flag&O_TRUNC != 0 && isReg(mode) && acc != O_RDONLY {
+	if flag&O_TRUNC != 0 && isReg(mode) { // even O_RDONLY, as Linux
 		if err := in.truncate(0); err != nil {
 			return nil, err
 		}
@@ -297,6 +303,9 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 // Pread reads up to len(p) bytes at off, as pread(2) (or preadv2 with
 // flags): a short count at end of file, no io.EOF.
 func (f *File) Pread(p []byte, off int64, flags RWFlags) (int, error) {
+	if off < 0 {
+		return 0, pathErr("read", f.name, syscall.EINVAL)
+	}
 	if err := f.begin(); err != nil {
 		return 0, pathErr("read", f.name, err)
 	}
@@ -313,6 +322,9 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 
 // Pwrite writes p at off with pwritev2(2) flags.
 func (f *File) Pwrite(p []byte, off int64, flags RWFlags) (int, error) {
+	if off < 0 {
+		return 0, pathErr("write", f.name, syscall.EINVAL)
+	}
 	if err := f.begin(); err != nil {
 		return 0, pathErr("write", f.name, err)
 	}
@@ -342,9 +354,17 @@ func (f *File) Write(p []byte) (int, error) {
 		return 0, pathErr("write", f.name, err)
 	}
 	defer f.end()
+	if !f.writable() {
+		return 0, pathErr("write", f.name, syscall.EBADF)
+	}
+	if len(p) == 0 {
+		return 0, nil // not even O_APPEND moves the position
+	}
 	k := f.newKiocb(p, f.pos, 0)
 	n, err := f.in.write(k)
-	f.pos = k.off + int64(n)
+	if n > 0 {
+		f.pos = k.off + int64(n)
+	}
 	return n, pathErr("write", f.name, err)
 }
 
@@ -414,17 +434,17 @@ func (f *File) Fdatasync() error {
 
 // Truncate sets the file's size.
 func (f *File) Truncate(size int64) error {
+	if size < 0 {
+		return pathErr("truncate", f.name, syscall.EINVAL)
+	}
 	if err := f.begin(); err != nil {
 		return pathErr("truncate", f.name, err)
 	}
 	defer f.end()
 	var err error
-	switch {
-	case !f.writable():
+	if !f.writable() {
 		err = syscall.EINVAL
-	case size < 0:
-		err = syscall.EINVAL
-	default:
+	} else {
 		err = f.in.truncate(size)
 	}
 	return pathErr("truncate", f.name, err)
@@ -443,6 +463,10 @@ func (f *File) Fallocate(mode uint32, off, n int64) error {
 		return pathErr("fallocate", f.name, err)
 	}
 	defer f.end()
+	// Arguments are checked before the access mode (vfs_fallocate).
+	if err := checkFallocate(mode, off, n); err != nil {
+		return pathErr("fallocate", f.name, err)
+	}
 	var err error
 	if !f.writable() {
 		err = syscall.EBADF

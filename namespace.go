@@ -256,6 +256,11 @@ func (fs *FS) LinkIno(ino, newParent Ino, newName string) (Attr, error) {
 	in.mu.Lock()
 	mode, nlink := in.attr.Mode, in.attr.Nlink
 	in.mu.Unlock()
+	if _, err := fs.lookupEntry(newParent, newName); err == nil {
+		return Attr{}, syscall.EEXIST
+	} else if err != syscall.ENOENT {
+		return Attr{}, err
+	}
 	if isDir(mode) {
 		return Attr{}, syscall.EPERM
 	}
@@ -264,11 +269,6 @@ func (fs *FS) LinkIno(ino, newParent Ino, newName string) (Attr, error) {
 	}
 	if nlink >= 65000 {
 		return Attr{}, syscall.EMLINK
-	}
-	if _, err := fs.lookupEntry(newParent, newName); err == nil {
-		return Attr{}, syscall.EEXIST
-	} else if err != syscall.ENOENT {
-		return Attr{}, err
 	}
 	unlock := lockInodes(dir, in)
 	defer unlock()
@@ -492,6 +492,15 @@ func (fs *FS) RenameIno(oldParent Ino, oldName string, newParent Ino, newName st
 			return syscall.EINVAL
 		}
 	}
+	if dstExists && isDir(dst.Type) && flags&RenameExchange == 0 {
+		// The target is the source's directory or an ancestor of it:
+		// never empty (lock_rename's trap).
+		if above, err := fs.isAncestor(dst.Ino, oldParent); err != nil {
+			return err
+		} else if above {
+			return syscall.ENOTEMPTY
+		}
+	}
 	var dstIn *inode
 	if dstExists {
 		dstIn, err = fs.getInode(dst.Ino)
@@ -677,7 +686,7 @@ func (fs *FS) Setattr(ino Ino, sa SetAttr) (Attr, error) {
 			a.Mode = a.Mode&syscall.S_IFMT | *sa.Mode&0o7777
 			in.privChecked = false
 		}
-		if sa.Uid != nil && *sa.Uid != a.Uid || sa.Gid != nil && *sa.Gid != a.Gid {
+		if sa.Uid != nil || sa.Gid != nil {
 			if sa.Uid != nil {
 				a.Uid = *sa.Uid
 			}

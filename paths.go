@@ -28,19 +28,31 @@ func splitPath(p string) []string {
 	return out
 }
 
-// walk resolves path to the directory that holds its last component and
-// that component's name. For the root itself, name is ".". Symlinks in the
-// directory part are followed.
-func (fs *FS) walk(path string) (dir Ino, name string, err error) {
+// walked is a path resolved up to its last component.
+type walked struct {
+	dir  Ino    // the directory that holds the last component
+	name string // the last component: a name, ".", or ".."
+	// mustDir says the path ended in "/" (or the last component is "."
+	// or ".."): it names a directory.
+	mustDir bool
+}
+
+// entry reports whether the last component is an ordinary name (not "."
+// or "..", which name dir itself or its parent).
+func (w walked) entry() bool { return w.name != "." && w.name != ".." }
+
+// walk resolves path up to its last component, following symlinks in the
+// directory part.
+func (fs *FS) walk(path string) (walked, error) {
 	return fs.walkFrom(RootIno, path, new(int))
 }
 
-func (fs *FS) walkFrom(start Ino, path string, links *int) (Ino, string, error) {
+func (fs *FS) walkFrom(start Ino, path string, links *int) (walked, error) {
 	if len(path) >= maxPathLen {
-		return 0, "", syscall.ENAMETOOLONG
+		return walked{}, syscall.ENAMETOOLONG
 	}
 	if path == "" {
-		return 0, "", syscall.ENOENT
+		return walked{}, syscall.ENOENT
 	}
 	comps := splitPath(path)
 	cur := start
@@ -48,52 +60,63 @@ func (fs *FS) walkFrom(start Ino, path string, links *int) (Ino, string, error) 
 		cur = RootIno
 	}
 	if len(comps) == 0 {
-		return cur, ".", nil
+		return walked{dir: cur, name: ".", mustDir: true}, nil
 	}
-	for i, c := range comps[:len(comps)-1] {
+	for _, c := range comps[:len(comps)-1] {
 		if len(c) > maxNameLen {
-			return 0, "", syscall.ENAMETOOLONG
+			return walked{}, syscall.ENAMETOOLONG
 		}
 		next, err := fs.step(cur, c, links)
 		if err != nil {
-			return 0, "", err
+			return walked{}, err
 		}
-		_ = i
 		cur = next
 	}
 	last := comps[len(comps)-1]
 	if len(last) > maxNameLen {
-		return 0, "", syscall.ENAMETOOLONG
+		return walked{}, syscall.ENAMETOOLONG
 	}
-	if strings.HasSuffix(path, "/") && last != "." && last != ".." {
-		// "a/" names a directory: resolve it fully so that a trailing
-		// slash on a non-directory gives ENOTDIR.
-		ino, err := fs.step(cur, last, links)
+	w := walked{dir: cur, name: last, mustDir: strings.HasSuffix(path, "/") || last == "." || last == ".."}
+	if !w.entry() {
+		// "x/." and "x/.." need x to be a directory.
+		a, err := fs.Getattr(cur)
 		if err != nil {
-			return 0, "", err
-		}
-		a, err := fs.Getattr(ino)
-		if err != nil {
-			return 0, "", err
+			return walked{}, err
 		}
 		if !a.IsDir() {
-			return 0, "", syscall.ENOTDIR
+			return walked{}, syscall.ENOTDIR
 		}
 	}
-	if last == ".." {
-		p, err := fs.dotdot(cur)
+	return w, nil
+}
+
+// target returns the inode the last component names ("." is dir itself,
+// ".." its parent), or ENOENT.
+func (fs *FS) target(w walked) (Attr, error) {
+	switch w.name {
+	case ".":
+		return fs.Getattr(w.dir)
+	case "..":
+		p, err := fs.dotdot(w.dir)
 		if err != nil {
-			return 0, "", err
+			return Attr{}, err
 		}
-		return p, ".", nil
+		return fs.Getattr(p)
 	}
-	return cur, last, nil
+	return fs.Lookup(w.dir, w.name)
 }
 
 // dotdot returns the parent of directory d (the root is its own parent).
 func (fs *FS) dotdot(d Ino) (Ino, error) {
 	if d == RootIno {
 		return RootIno, nil
+	}
+	a, err := fs.Getattr(d)
+	if err != nil {
+		return 0, err
+	}
+	if !a.IsDir() {
+		return 0, syscall.ENOTDIR
 	}
 	fs.ns.RLock()
 	defer fs.ns.RUnlock()
@@ -128,41 +151,54 @@ func (fs *FS) step(cur Ino, c string, links *int) (Ino, error) {
 
 // followLink resolves symlink ino found in directory dir to what it names.
 func (fs *FS) followLink(dir, ino Ino, links *int) (Ino, error) {
+	target, err := fs.linkTarget(dir, ino, links)
+	if err != nil {
+		return 0, err
+	}
+	a, err := fs.target(target)
+	if err != nil {
+		return 0, err
+	}
+	if isSymlink(a.Mode) {
+		return fs.followLink(target.dir, a.Ino, links)
+	}
+	if target.mustDir && !a.IsDir() {
+		return 0, syscall.ENOTDIR
+	}
+	return a.Ino, nil
+}
+
+// linkTarget walks the target of symlink ino (found in dir) up to its last
+// component.
+func (fs *FS) linkTarget(dir, ino Ino, links *int) (walked, error) {
 	*links++
 	if *links > maxSymlinks {
-		return 0, syscall.ELOOP
+		return walked{}, syscall.ELOOP
 	}
 	target, err := fs.ReadlinkIno(ino)
 	if err != nil {
-		return 0, err
+		return walked{}, err
 	}
-	d, name, err := fs.walkFrom(dir, target, links)
-	if err != nil {
-		return 0, err
-	}
-	if name == "." {
-		return d, nil
-	}
-	return fs.step(d, name, links)
+	return fs.walkFrom(dir, target, links)
 }
 
 // resolve returns the inode path names, following a final symlink when
-// follow is set.
+// follow is set (a trailing slash always follows).
 func (fs *FS) resolve(path string, follow bool) (Ino, error) {
 	links := 0
-	dir, name, err := fs.walkFrom(RootIno, path, &links)
+	w, err := fs.walkFrom(RootIno, path, &links)
 	if err != nil {
 		return 0, err
 	}
-	if name == "." {
-		return dir, nil
-	}
-	a, err := fs.Lookup(dir, name)
+	a, err := fs.target(w)
 	if err != nil {
 		return 0, err
 	}
-	if follow && isSymlink(a.Mode) {
-		return fs.followLink(dir, a.Ino, &links)
+	if isSymlink(a.Mode) && (follow || w.mustDir) {
+		return fs.followLink(w.dir, a.Ino, &links)
+	}
+	if w.mustDir && !a.IsDir() {
+		return 0, syscall.ENOTDIR
 	}
 	return a.Ino, nil
 }
@@ -189,12 +225,12 @@ func (fs *FS) Lstat(path string) (Attr, error) {
 
 // Mkdir creates directory path with permission bits perm.
 func (fs *FS) Mkdir(path string, perm uint32) error {
-	dir, name, err := fs.walk(path)
-	if err == nil && name == "." {
+	w, err := fs.walk(path)
+	if err == nil && !w.entry() {
 		err = syscall.EEXIST
 	}
 	if err == nil {
-		_, err = fs.MkdirIno(dir, name, perm, fs.defaultOwner())
+		_, err = fs.MkdirIno(w.dir, w.name, perm, fs.defaultOwner())
 	}
 	return pathErr("mkdir", path, err)
 }
@@ -211,12 +247,23 @@ func (fs *FS) ReadDir(path string) ([]DirEntry, error) {
 
 // Unlink removes the name path (not a directory).
 func (fs *FS) Unlink(path string) error {
-	dir, name, err := fs.walk(path)
+	w, err := fs.walk(path)
 	if err == nil {
-		if name == "." {
+		switch {
+		case !w.entry():
 			err = syscall.EISDIR
-		} else {
-			err = fs.UnlinkIno(dir, name)
+		case w.mustDir:
+			// "f/" names a directory: EISDIR if it is one, ENOTDIR if not.
+			var a Attr
+			if a, err = fs.Lookup(w.dir, w.name); err == nil {
+				if a.IsDir() {
+					err = syscall.EISDIR
+				} else {
+					err = syscall.ENOTDIR
+				}
+			}
+		default:
+			err = fs.UnlinkIno(w.dir, w.name)
 		}
 	}
 	return pathErr("unlink", path, err)
@@ -224,16 +271,17 @@ func (fs *FS) Unlink(path string) error {
 
 // Rmdir removes the empty directory path.
 func (fs *FS) Rmdir(path string) error {
-	dir, name, err := fs.walk(path)
+	w, err := fs.walk(path)
 	if err == nil {
-		if name == "." {
-			if dir == RootIno {
-				err = syscall.EBUSY
-			} else {
-				err = syscall.EINVAL
-			}
-		} else {
-			err = fs.RmdirIno(dir, name)
+		switch {
+		case w.name == "." && w.dir == RootIno && len(splitPath(path)) == 0:
+			err = syscall.EBUSY
+		case w.name == ".":
+			err = syscall.EINVAL
+		case w.name == "..":
+			err = syscall.ENOTEMPTY
+		default:
+			err = fs.RmdirIno(w.dir, w.name)
 		}
 	}
 	return pathErr("rmdir", path, err)
@@ -242,18 +290,28 @@ func (fs *FS) Rmdir(path string) error {
 // Rename renames oldpath to newpath; flags is 0, RenameNoReplace or
 // RenameExchange (renameat2(2)).
 func (fs *FS) Rename(oldpath, newpath string, flags uint32) error {
-	od, on, err := fs.walk(oldpath)
+	ow, err := fs.walk(oldpath)
 	if err != nil {
 		return linkErr("rename", oldpath, newpath, err)
 	}
-	nd, nn, err := fs.walk(newpath)
+	nw, err := fs.walk(newpath)
 	if err != nil {
 		return linkErr("rename", oldpath, newpath, err)
 	}
-	if on == "." || nn == "." {
+	if !ow.entry() || !nw.entry() {
 		return linkErr("rename", oldpath, newpath, syscall.EBUSY)
 	}
-	return linkErr("rename", oldpath, newpath, fs.RenameIno(od, on, nd, nn, flags))
+	if ow.mustDir || nw.mustDir {
+		// A trailing slash on either name requires a directory source.
+		a, err := fs.Lookup(ow.dir, ow.name)
+		if err == nil && !a.IsDir() {
+			err = syscall.ENOTDIR
+		}
+		if err != nil {
+			return linkErr("rename", oldpath, newpath, err)
+		}
+	}
+	return linkErr("rename", oldpath, newpath, fs.RenameIno(ow.dir, ow.name, nw.dir, nw.name, flags))
 }
 
 // Link makes newpath a new name for the file oldpath (not followed if it
@@ -263,24 +321,24 @@ func (fs *FS) Link(oldpath, newpath string) error {
 	if err != nil {
 		return linkErr("link", oldpath, newpath, err)
 	}
-	nd, nn, err := fs.walk(newpath)
-	if err == nil && nn == "." {
+	nw, err := fs.walk(newpath)
+	if err == nil && !nw.entry() {
 		err = syscall.EEXIST
 	}
 	if err == nil {
-		_, err = fs.LinkIno(ino, nd, nn)
+		_, err = fs.LinkIno(ino, nw.dir, nw.name)
 	}
 	return linkErr("link", oldpath, newpath, err)
 }
 
 // Symlink creates newpath as a symlink to target.
 func (fs *FS) Symlink(target, newpath string) error {
-	nd, nn, err := fs.walk(newpath)
-	if err == nil && nn == "." {
+	nw, err := fs.walk(newpath)
+	if err == nil && !nw.entry() {
 		err = syscall.EEXIST
 	}
 	if err == nil {
-		_, err = fs.SymlinkIno(nd, nn, target, fs.defaultOwner())
+		_, err = fs.SymlinkIno(nw.dir, nw.name, target, fs.defaultOwner())
 	}
 	return linkErr("symlink", target, newpath, err)
 }
@@ -308,6 +366,14 @@ func (fs *FS) Chmod(path string, mode uint32) error {
 // Chown sets the owner and group of path; -1 leaves one unchanged.
 func (fs *FS) Chown(path string, uid, gid int) error {
 	ino, err := fs.resolve(path, true)
+	if err == nil && uid < 0 && gid < 0 {
+		// chown(f, -1, -1) still clears set-user-ID and set-group-ID, as
+		// Linux does: make it a chown to the current owner.
+		var a Attr
+		if a, err = fs.Getattr(ino); err == nil {
+			uid = int(a.Uid)
+		}
+	}
 	if err == nil {
 		var sa SetAttr
 		if uid >= 0 {
@@ -334,13 +400,12 @@ func (fs *FS) Utimes(path string, atime, mtime time.Time) error {
 
 // Truncate sets the size of the regular file path.
 func (fs *FS) Truncate(path string, size int64) error {
+	if size < 0 {
+		return pathErr("truncate", path, syscall.EINVAL)
+	}
 	ino, err := fs.resolve(path, true)
 	if err == nil {
-		if size < 0 {
-			err = syscall.EINVAL
-		} else {
-			_, err = fs.Setattr(ino, SetAttr{Size: &size})
-		}
+		_, err = fs.Setattr(ino, SetAttr{Size: &size})
 	}
 	return pathErr("truncate", path, err)
 }

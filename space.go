@@ -164,20 +164,11 @@ func (in *inode) zeroBlockRange(blk uint64, from, to int64) error {
 // KEEP_SIZE and ZERO_RANGE (with or without KEEP_SIZE).
 func (in *inode) fallocate(mode uint32, off, n int64) error {
 	fs := in.fs
-	if err := fs.writable(); err != nil {
+	if err := checkFallocate(mode, off, n); err != nil {
 		return err
 	}
-	switch {
-	case off < 0 || n <= 0:
-		return syscall.EINVAL
-	case mode&^(FallocKeepSize|FallocPunchHole|FallocZeroRange) != 0:
-		return syscall.EOPNOTSUPP
-	case mode&FallocPunchHole != 0 && mode&FallocKeepSize == 0:
-		return syscall.EOPNOTSUPP
-	case mode&FallocPunchHole != 0 && mode&FallocZeroRange != 0:
-		return syscall.EOPNOTSUPP
-	case off+n > maxFileSize || off+n < off:
-		return syscall.EFBIG
+	if err := fs.writable(); err != nil {
+		return err
 	}
 	in.mu.Lock()
 	fmode := in.attr.Mode
@@ -258,6 +249,24 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 	})
 }
 
+// checkFallocate validates fallocate(2) arguments in Linux's order
+// (vfs_fallocate checks them before the file's access mode).
+func checkFallocate(mode uint32, off, n int64) error {
+	switch {
+	case off < 0 || n <= 0:
+		return syscall.EINVAL
+	case mode&^(FallocKeepSize|FallocPunchHole|FallocZeroRange) != 0:
+		return syscall.EOPNOTSUPP
+	case mode&FallocPunchHole != 0 && mode&FallocKeepSize == 0:
+		return syscall.EOPNOTSUPP
+	case mode&FallocPunchHole != 0 && mode&FallocZeroRange != 0:
+		return syscall.EOPNOTSUPP
+	case off+n > maxFileSize || off+n < off:
+		return syscall.EFBIG
+	}
+	return nil
+}
+
 // seekData implements SEEK_DATA (data true) and SEEK_HOLE from off. Dirty
 // pages are written back first so that every cached byte has its blocks.
 // Unwritten extents count as data.
@@ -269,10 +278,7 @@ func (in *inode) seekData(off int64, data bool) (int64, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	size := int64(in.attr.Size)
-	if off < 0 {
-		return 0, syscall.EINVAL
-	}
-	if off >= size {
+	if off < 0 || off >= size {
 		return 0, syscall.ENXIO
 	}
 	m, err := in.extentsLocked()

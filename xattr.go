@@ -27,7 +27,10 @@ func checkXattrName(name string) error {
 		return syscall.ERANGE
 	}
 	for _, ns := range []string{"user.", "trusted.", "security.", "system."} {
-		if strings.HasPrefix(name, ns) && len(name) > len(ns) {
+		if strings.HasPrefix(name, ns) {
+			if len(name) == len(ns) {
+				return syscall.EINVAL
+			}
 			return nil
 		}
 	}

@@ -16,9 +16,20 @@ import (
 	"github.com/sluicefs/sluice/meta"
 )
 
-// ErrInUse is wrapped by Open's error when another process holds the
-// volume.
+// ErrInUse is matched (errors.Is) by Open's error when another process
+// holds the volume.
 var ErrInUse = errors.New("volume in use")
+
+// InUseError says which process holds a volume.
+type InUseError struct {
+	Dir string
+	Pid string // "?" when the lock file names none
+}
+
+func (e *InUseError) Error() string { return fmt.Sprintf("volume %s is in use by pid %s", e.Dir, e.Pid) }
+
+// Is makes errors.Is(err, ErrInUse) hold.
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
 // MkfsOptions configures Mkfs.
 type MkfsOptions struct {
@@ -58,6 +69,9 @@ func Mkfs(dir string, o MkfsOptions) error {
 	if err := validGeometry(o.BlockSize, o.IOUnit); err != nil {
 		return err
 	}
+	if o.Data != "" && o.Size != 0 && o.Size%int64(o.BlockSize) != 0 {
+		return fmt.Errorf("size %d is not a multiple of the %d B block size", o.Size, o.BlockSize)
+	}
 	if o.Data == "" {
 		switch {
 		case o.Size <= 0:
@@ -70,9 +84,27 @@ func Mkfs(dir string, o MkfsOptions) error {
 			return fmt.Errorf("size %d is not a multiple of the %d B I/O unit", o.Size, o.IOUnit)
 		}
 	}
+	if o.Data != "" && !o.Force {
+		if h, err := readHeader(o.Data); err == nil {
+			return fmt.Errorf("%s already holds sluice volume %s; pass --force to overwrite it", o.Data, UUIDString(h.UUID))
+		}
+	}
+	_, statErr := os.Stat(dir)
+	created := errors.Is(statErr, os.ErrNotExist)
 	if err := prepareDir(dir, o.Force); err != nil {
 		return err
 	}
+	err := mkfsIn(dir, o)
+	if err != nil && created {
+		// Leave nothing behind, so that a corrected retry is not refused
+		// as "not empty".
+		os.RemoveAll(dir)
+	}
+	return err
+}
+
+// mkfsIn makes the volume in the prepared directory dir.
+func mkfsIn(dir string, o MkfsOptions) error {
 	lock, err := takeLock(dir)
 	if err != nil {
 		return err
@@ -96,7 +128,7 @@ func Mkfs(dir string, o MkfsOptions) error {
 		return err
 	}
 	defer kv.Close()
-	if _, err := Format(dev, kv, FormatOptions{BlockSize: o.BlockSize}); err != nil {
+	if _, err := Format(dev, kv, FormatOptions{BlockSize: o.BlockSize, Size: o.Size}); err != nil {
 		return err
 	}
 	return nil
@@ -178,7 +210,7 @@ func takeLock(dir string) (*os.File, error) {
 			if pid == "" {
 				pid = "?"
 			}
-			return nil, fmt.Errorf("volume %s is in use by pid %s: %w", dir, pid, ErrInUse)
+			return nil, &InUseError{Dir: dir, Pid: pid}
 		}
 		return nil, fmt.Errorf("locking volume %s: %w", dir, err)
 	}

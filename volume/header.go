@@ -106,5 +106,10 @@ func validGeometry(blockSize, ioUnit int) error {
 	if ioUnit < 512 || ioUnit > 1<<20 || ioUnit&(ioUnit-1) != 0 {
 		return fmt.Errorf("I/O unit %d is not a power of two between 512 B and 1 MiB", ioUnit)
 	}
+	if ioUnit > blockSize {
+		// Every block must be writable on its own: a device unit shared
+		// by two blocks (two files) would need read-modify-write races.
+		return fmt.Errorf("I/O unit %d is larger than the %d B block size; use a block size of at least the I/O unit", ioUnit, blockSize)
+	}
 	return nil
 }

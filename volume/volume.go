@@ -54,6 +54,9 @@ type FormatOptions struct {
 	BlockSize int
 	// UUID identifies the volume. The default value is a random UUID.
 	UUID [16]byte
+	// Size is how much of the device the volume uses, in bytes. The
+	// default value is 0: the whole device.
+	Size int64
 }
 
 // Format writes a new, empty file system to dev and kv: the header in block
@@ -74,12 +77,19 @@ func Format(dev device.Device, kv meta.KV, o FormatOptions) (*Header, error) {
 		return nil, err
 	}
 	bs := uint64(o.BlockSize)
+	size := dev.Size()
+	if o.Size > size {
+		return nil, fmt.Errorf("the device is %d bytes, smaller than the %d bytes asked for", size, o.Size)
+	}
+	if o.Size > 0 {
+		size = o.Size
+	}
 	h := &Header{
 		Format:      HeaderFormat,
 		UUID:        o.UUID,
 		BlockSize:   uint32(o.BlockSize),
 		IOUnit:      uint32(dev.IOUnit()),
-		DeviceBytes: uint64(dev.Size()) / bs * bs,
+		DeviceBytes: uint64(size) / bs * bs,
 	}
 	headerBytes := max(o.BlockSize, dev.IOUnit())
 	h.DataStart = uint64(headerBytes) / bs
