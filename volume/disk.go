@@ -26,7 +26,9 @@ type InUseError struct {
 	Pid string // "?" when the lock file names none
 }
 
-func (e *InUseError) Error() string { return fmt.Sprintf("volume %s is in use by pid %s", e.Dir, e.Pid) }
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("volume %s is in use by pid %s", e.Dir, e.Pid)
+}
 
 // Is makes errors.Is(err, ErrInUse) hold.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
