@@ -99,6 +99,9 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 		idx := uint64(pos / ps)
 		from := int(pos % ps)
 		to := int(min(ps, end-int64(idx)*ps))
+		if err = in.reserveDelalloc(uint64(int64(idx) * ps / fs.blockSize)); err != nil {
+			break
+		}
 		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait); err != nil {
 			break
 		}
@@ -142,10 +145,10 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, no
 	for {
 		p, created, err := in.pages.GetOrCreate(idx, nowait)
 		if err != nil {
-			if err == pagecache.ErrNoRoom {
+			if err == pagecache.ErrNoRoom && nowait {
 				return syscall.EAGAIN
 			}
-			return err
+			return eio(err)
 		}
 		if !created {
 			if nowait {
@@ -319,13 +322,17 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 		p := in.pages.Get(idx)
 		if p == nil {
 			lastIdx := uint64((end - 1) / ps)
-			if err := in.readahead(idx, lastIdx, size, k.nowait); err != nil {
+			var err error
+			p, err = in.readahead(idx, lastIdx, size, k.nowait)
+			if err != nil {
 				if copied > 0 {
 					return int(copied), nil
 				}
 				return 0, err
 			}
-			continue
+			if p == nil {
+				continue
+			}
 		}
 		if !p.Uptodate() {
 			n, err, again := in.waitPageUptodate(k, p, size, copied)
@@ -368,16 +375,17 @@ func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, size, copied int6
 		}
 		p.WaitUnlocked()
 	}
-	if p.Removed() {
-		return 0, nil, true
-	}
 	if err := p.Err(); err != nil {
 		// The read that this page waited for failed: its waiters get
 		// the error instead of retrying for ever.
+		in.takeReadErr(p.Index)
 		if copied > 0 {
 			return int(copied), nil, false
 		}
 		return 0, err, false
+	}
+	if p.Removed() {
+		return 0, nil, true
 	}
 	if p.Uptodate() {
 		return 0, nil, true
@@ -416,9 +424,16 @@ const (
 // readahead creates and starts reading the pages [idx, last] that are not
 // cached, plus, for a sequential reader, a window after them (adaptive,
 // doubling up to raMaxPages). Reads are asynchronous: the pages stay
-// locked until their data arrives. With nowait, a full cache gives EAGAIN.
-func (in *inode) readahead(idx, last uint64, size int64, nowait bool) error {
+// locked until their data arrives. It returns page idx, referenced, if it
+// created it, so that the caller waits on that page (and sees its read
+// error) rather than looking it up again. With nowait, a full cache gives
+// EAGAIN. A read error recorded for page idx by an earlier failed read is
+// returned (once) instead of reading again.
+func (in *inode) readahead(idx, last uint64, size int64, nowait bool) (*pagecache.Page, error) {
 	fs := in.fs
+	if err := in.takeReadErr(idx); err != nil {
+		return nil, err
+	}
 	ps := int64(fs.cache.PageSize())
 	eofIdx := uint64((size - 1) / ps)
 	in.ra.mu.Lock()
@@ -432,14 +447,18 @@ func (in *inode) readahead(idx, last uint64, size int64, nowait bool) error {
 	in.ra.mu.Unlock()
 
 	var pages []*pagecache.Page
+	var first *pagecache.Page
 	for i := idx; i <= end; i++ {
 		p, created, err := in.pages.GetOrCreate(i, nowait || i > last)
 		if err != nil {
-			if i <= last && len(pages) == 0 {
+			if i == idx {
 				if err == pagecache.ErrNoRoom {
-					return syscall.EAGAIN
+					if nowait {
+						return nil, syscall.EAGAIN
+					}
+					return nil, eio(err)
 				}
-				return err
+				return nil, err
 			}
 			break
 		}
@@ -453,13 +472,27 @@ func (in *inode) readahead(idx, last uint64, size int64, nowait bool) error {
 		if i > last {
 			fs.counters.ReadaheadPages.Add(1)
 		}
+		if i == idx {
+			first = p
+			in.pages.Get(idx) // the caller's reference (p is locked, so it is still there)
+		}
 		pages = append(pages, p)
 	}
-	if len(pages) == 0 {
-		return nil
+	if len(pages) > 0 {
+		in.startPageReads(pages, size)
 	}
-	in.startPageReads(pages, size)
-	return nil
+	return first, nil
+}
+
+// takeReadErr returns and forgets the recorded read error of page idx.
+func (in *inode) takeReadErr(idx uint64) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	err := in.readErrs[idx]
+	if err != nil {
+		delete(in.readErrs, idx)
+	}
+	return err
 }
 
 // startPageReads reads locked, referenced pages in from the device
@@ -472,6 +505,12 @@ func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 	ps := int64(fs.cache.PageSize())
 	finish := func(p *pagecache.Page, err error) {
 		if err != nil {
+			in.mu.Lock()
+			if in.readErrs == nil {
+				in.readErrs = map[uint64]error{}
+			}
+			in.readErrs[p.Index] = err
+			in.mu.Unlock()
 			p.ClearUptodate(err)
 			in.pages.Remove(p)
 		} else {

@@ -55,18 +55,20 @@ func (fs *FS) transact(fn func(t *txn) error) error {
 		return nil
 	}
 	if err := t.kv.Commit(false); err != nil {
-		fs.shutdownWith(fmt.Errorf("committing metadata: %w", err))
-		return eio(err)
+		return fs.shutdownWith(fmt.Errorf("committing metadata: %w", err))
 	}
 	fs.commit.seq = t.seq
 	fs.counters.MetaCommits.Add(1)
 	return nil
 }
 
-// shutdownWith stops the file system after an unrecoverable metadata error.
-func (fs *FS) shutdownWith(err error) {
-	e := fmt.Errorf("%w: %w", ErrShutdown, err)
+// shutdownWith stops the file system after an unrecoverable error and
+// returns the error every later change gets (EIO, wrapping ErrShutdown and
+// the first cause).
+func (fs *FS) shutdownWith(err error) error {
+	var e error = &ioError{fmt.Errorf("%w: %w", ErrShutdown, err)}
 	fs.shutdown.CompareAndSwap(nil, &e)
+	return *fs.shutdown.Load()
 }
 
 // putInode records in's attributes.
@@ -132,7 +134,11 @@ func (fs *FS) syncPoint() error {
 	}
 	epoch := fs.convEpoch.Add(1) - 1
 	if err := fs.dev.Flush(); err != nil {
-		return eio(err)
+		// Nothing is known about which completed writes survived, and a
+		// later flush would not make up for it: marking their conversions
+		// durable, or reporting a later fsync as success, could expose
+		// stale blocks or lose acknowledged data. Stop here.
+		return fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
 	}
 	fs.dirty.mu.Lock()
 	inodes := make([]*inode, 0, len(fs.dirty.set))
@@ -150,8 +156,7 @@ func (fs *FS) syncPoint() error {
 	seq := fs.commit.seq
 	fs.commitMu.Unlock()
 	if err := fs.kv.Sync(); err != nil {
-		fs.shutdownWith(fmt.Errorf("syncing metadata: %w", err))
-		return eio(err)
+		return fs.shutdownWith(fmt.Errorf("syncing metadata: %w", err))
 	}
 	fs.alloc.Unbusy(seq)
 	fs.counters.SyncPoints.Add(1)

@@ -169,11 +169,15 @@ func (in *inode) directWrite(k *kiocb) (int, error) {
 	if len(k.buf) == 0 {
 		return 0, nil
 	}
-	if err := fs.checkDirect(k.buf, k.off); err != nil {
+	off := k.off
+	if k.append {
+		off = 0 // replaced by EOF in writeChecks, which checks it
+	}
+	if err := fs.checkDirect(k.buf, off); err != nil {
 		return 0, err
 	}
 	fs.counters.DirectWrites.Add(1)
-	if (k.off|int64(len(k.buf)))&(fs.blockSize-1) != 0 {
+	if (off|int64(len(k.buf)))&(fs.blockSize-1) != 0 {
 		return in.directWriteUnaligned(k)
 	}
 	return in.directWriteAligned(k)
@@ -483,7 +487,7 @@ func (in *inode) planWrite(buf []byte, off int64, nowait bool, b *ioBatch) ([]fi
 			fs.counters.NoWaitEAGAIN.Add(1)
 			return nil, syscall.EAGAIN
 		}
-		err := fs.transact(func(t *txn) error { return in.allocateLocked(t, first, nb) })
+		err := fs.transact(func(t *txn) error { return in.allocateLocked(t, first, nb, 0) })
 		if err != nil {
 			in.mu.Unlock()
 			return nil, err
@@ -529,10 +533,12 @@ func (in *inode) planWrite(buf []byte, off int64, nowait bool, b *ioBatch) ([]fi
 
 // allocateLocked maps every hole in file blocks [first, first+n) to newly
 // allocated device blocks, as unwritten extents, recording the changes in
-// t. On error nothing in core has changed.
+// t. reserved says how many of the holes' blocks the caller already holds
+// a reservation for (delayed allocation); that reservation is used up,
+// or on error given back. On error nothing else in core has changed.
 //
 // Preconditions: in.mu is held; called inside fs.transact.
-func (in *inode) allocateLocked(t *txn, first, n uint64) error {
+func (in *inode) allocateLocked(t *txn, first, n, reserved uint64) error {
 	fs := in.fs
 	m := in.ext
 	segs := m.Lookup(first, n, nil)
@@ -545,7 +551,9 @@ func (in *inode) allocateLocked(t *txn, first, n uint64) error {
 	if need == 0 {
 		return nil
 	}
-	if err := fs.alloc.Reserve(need); err != nil {
+	reserved = min(reserved, need)
+	if err := fs.alloc.Reserve(need - reserved); err != nil {
+		_ = fs.alloc.Unreserve(reserved)
 		return syscall.ENOSPC
 	}
 	var done []extmap.Extent

@@ -14,10 +14,12 @@ import (
 // errors.Is(err, syscall.EIO) and errors.As(err, &deviceErr) work.
 
 // ErrShutdown is wrapped by every error of an FS that stopped itself after
-// its metadata could no longer be written (the analogue of an XFS
-// shutdown): nothing more is changed on the volume, so what it holds stays
-// consistent.
-var ErrShutdown = errors.New("sluice: file system shut down after a metadata write failure")
+// its metadata could no longer be written, or a device flush failed (the
+// analogue of an XFS shutdown on a log I/O error): nothing more is changed
+// on the volume, so what it holds stays consistent, and no write whose
+// durability is unknown is ever reported durable. Such errors also match
+// syscall.EIO.
+var ErrShutdown = errors.New("sluice: file system shut down")
 
 // ioError marks a lower-layer failure as EIO while keeping the cause.
 type ioError struct{ err error }

@@ -70,6 +70,10 @@ type FS struct {
 	convEpoch atomic.Uint64
 	group     groupSync
 
+	// writebacks counts block writebacks in flight, so SyncAll and Close
+	// wait for those the flusher started.
+	writebacks inflight
+
 	counters Counters
 
 	files struct {
@@ -192,11 +196,15 @@ func (fs *FS) Close() error {
 		for _, f := range open {
 			f.Close()
 		}
-		if !fs.opts.ReadOnly && fs.shutdownErr() == nil {
-			err = fs.SyncAll()
-		}
+		// Stop the flusher and the syncer, then write back what is left
+		// (SyncAll also waits for writebacks the flusher started).
 		close(fs.closing)
 		fs.bg.Wait()
+		if !fs.opts.ReadOnly && fs.shutdownErr() == nil {
+			err = fs.SyncAll()
+		} else {
+			fs.writebacks.wait()
+		}
 		fs.cache.Close()
 		if fs.ownsVolume {
 			err = errors.Join(err, fs.vol.Close())
@@ -211,6 +219,7 @@ func (fs *FS) SyncAll() error {
 	if err := fs.writebackAll(); err != nil {
 		return err
 	}
+	fs.writebacks.wait()
 	return fs.group.sync()
 }
 

@@ -54,6 +54,16 @@ type inode struct {
 	// ra is the sequential-read state for readahead.
 	ra readaheadState
 
+	// readErrs holds the error of the last failed read of a page (by
+	// index), for the next reader of that page: a failed page is removed
+	// from the cache, and whoever was waiting for it gets the error
+	// instead of starting the same failing read again. Protected by mu.
+	readErrs map[uint64]error
+	// delalloc holds the file blocks that buffered writes dirtied over a
+	// hole and reserved space for; writeback allocates them from the
+	// reservation, so it never fails with ENOSPC. Protected by mu.
+	delalloc map[uint64]struct{}
+
 	// Protected by fs.icache.mu.
 	refs  int  // holders: open files and operations in progress
 	opens int  // open File handles

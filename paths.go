@@ -77,15 +77,13 @@ func (fs *FS) walkFrom(start Ino, path string, links *int) (walked, error) {
 		return walked{}, syscall.ENAMETOOLONG
 	}
 	w := walked{dir: cur, name: last, mustDir: strings.HasSuffix(path, "/") || last == "." || last == ".."}
-	if !w.entry() {
-		// "x/." and "x/.." need x to be a directory.
-		a, err := fs.Getattr(cur)
-		if err != nil {
-			return walked{}, err
-		}
-		if !a.IsDir() {
-			return walked{}, syscall.ENOTDIR
-		}
+	// The directory part must be a directory ("file/x", "file/.").
+	a, err := fs.Getattr(cur)
+	if err != nil {
+		return walked{}, err
+	}
+	if !a.IsDir() {
+		return walked{}, syscall.ENOTDIR
 	}
 	return w, nil
 }

@@ -2,10 +2,12 @@ package sluice
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 
 	"github.com/sluicefs/sluice/alloc"
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/iolock"
 	"github.com/sluicefs/sluice/meta"
 )
@@ -73,12 +75,13 @@ func (in *inode) truncate(size int64) error {
 		// dropped, then its tail is zeroed on the device.
 		ps := int64(fs.cache.PageSize())
 		in.dropPages(uint64(roundUp(size, ps)/ps), ^uint64(0))
+		in.releaseDelalloc(uint64(roundUp(size, bs) / bs))
 		if size%bs != 0 {
 			blk := size / bs
 			if err := in.invalidateRange(blk*bs, (blk+1)*bs); err != nil {
 				return err
 			}
-			if err := in.zeroBlockRange(uint64(blk), size%bs, bs); err != nil {
+			if _, err := in.zeroBlockRange(uint64(blk), size%bs, bs); err != nil {
 				return err
 			}
 		}
@@ -124,7 +127,16 @@ func (in *inode) zeroEOFTail(size int64) error {
 	if err := in.invalidateRange(blk*bs, (blk+1)*bs); err != nil {
 		return err
 	}
-	return in.zeroBlockRange(uint64(blk), size%bs, bs)
+	wrote, err := in.zeroBlockRange(uint64(blk), size%bs, bs)
+	if err != nil || !wrote {
+		return err
+	}
+	// The zeros must be durable before the size that exposes them can be:
+	// otherwise a crash could keep the new size and the old bytes.
+	if err := in.fs.dev.Flush(); err != nil {
+		return in.fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
+	}
+	return nil
 }
 
 // zeroBlockRange zeroes bytes [from, to) of file block blk on the device
@@ -133,18 +145,18 @@ func (in *inode) zeroEOFTail(size int64) error {
 //
 // Preconditions: in.io is held exclusive, and the block has no cached
 // pages.
-func (in *inode) zeroBlockRange(blk uint64, from, to int64) error {
+func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err error) {
 	fs := in.fs
 	in.mu.Lock()
 	m, err := in.extentsLocked()
 	if err != nil {
 		in.mu.Unlock()
-		return err
+		return false, err
 	}
 	s := m.Lookup(blk, 1, nil)[0]
 	in.mu.Unlock()
 	if s.Hole || s.State != meta.Written || from >= to {
-		return nil
+		return false, nil
 	}
 	u := fs.ioUnit
 	lo, hi := roundDown(from, u), roundUp(to, u)
@@ -152,11 +164,11 @@ func (in *inode) zeroBlockRange(blk uint64, from, to int64) error {
 	dev := int64(s.DevBlock)*fs.blockSize + lo
 	if lo != from || hi != to {
 		if err := fs.dev.ReadAt(buf, dev); err != nil {
-			return eio(err)
+			return false, eio(err)
 		}
 	}
 	clear(buf[from-lo : to-lo])
-	return eio(fs.dev.WriteAt(buf, dev))
+	return true, eio(fs.dev.WriteAt(buf, dev))
 }
 
 // fallocate implements fallocate(2) for the modes sluice supports:
@@ -166,6 +178,9 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 	fs := in.fs
 	if err := checkFallocate(mode, off, n); err != nil {
 		return err
+	}
+	if off+n > maxFileSize || off+n < off {
+		return syscall.EFBIG
 	}
 	if err := fs.writable(); err != nil {
 		return err
@@ -192,12 +207,12 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 		// Partial blocks at the edges are zeroed in place.
 		fb, lb := off/bs, (end-1)/bs
 		if off%bs != 0 {
-			if err := in.zeroBlockRange(uint64(fb), off%bs, min(bs, end-fb*bs)); err != nil {
+			if _, err := in.zeroBlockRange(uint64(fb), off%bs, min(bs, end-fb*bs)); err != nil {
 				return err
 			}
 		}
 		if end%bs != 0 && (lb != fb || off%bs == 0) {
-			if err := in.zeroBlockRange(uint64(lb), 0, end%bs); err != nil {
+			if _, err := in.zeroBlockRange(uint64(lb), 0, end%bs); err != nil {
 				return err
 			}
 		}
@@ -226,13 +241,13 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 		case mode&FallocZeroRange != 0:
 			if full1 > full0 {
 				m.Unconvert(full0, full1-full0, t.extents(in.ino))
-				if err := in.allocateLocked(t, full0, full1-full0); err != nil {
+				if err := in.allocateLocked(t, full0, full1-full0, 0); err != nil {
 					return err
 				}
 			}
 		default:
 			first, nb := fs.blockRange(off, end)
-			if err := in.allocateLocked(t, first, nb); err != nil {
+			if err := in.allocateLocked(t, first, nb, 0); err != nil {
 				return err
 			}
 		}
@@ -261,8 +276,6 @@ func checkFallocate(mode uint32, off, n int64) error {
 		return syscall.EOPNOTSUPP
 	case mode&FallocPunchHole != 0 && mode&FallocZeroRange != 0:
 		return syscall.EOPNOTSUPP
-	case off+n > maxFileSize || off+n < off:
-		return syscall.EFBIG
 	}
 	return nil
 }
@@ -343,4 +356,61 @@ func (in *inode) stripPrivs() error {
 		in.privileged = false
 		return nil
 	})
+}
+
+// reserveDelalloc reserves space for file block blk, which a buffered
+// write is about to dirty, if it is a hole not reserved yet (delayed
+// allocation): a buffered write gets ENOSPC now rather than its writeback
+// later.
+func (in *inode) reserveDelalloc(blk uint64) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if _, ok := in.delalloc[blk]; ok {
+		return nil
+	}
+	m, err := in.extentsLocked()
+	if err != nil {
+		return err
+	}
+	var one [1]extmap.Segment
+	if s := m.Lookup(blk, 1, one[:0]); !s[0].Hole {
+		return nil
+	}
+	if err := in.fs.alloc.Reserve(1); err != nil {
+		return syscall.ENOSPC
+	}
+	if in.delalloc == nil {
+		in.delalloc = map[uint64]struct{}{}
+	}
+	in.delalloc[blk] = struct{}{}
+	return nil
+}
+
+// takeDelallocLocked reports whether blk held a reservation, and forgets
+// it (the caller's allocation consumes it).
+//
+// Preconditions: in.mu is held.
+func (in *inode) takeDelallocLocked(blk uint64) bool {
+	if _, ok := in.delalloc[blk]; ok {
+		delete(in.delalloc, blk)
+		return true
+	}
+	return false
+}
+
+// releaseDelalloc gives back the reservations of blocks >= from (their
+// dirty pages were dropped: truncate, unlink).
+func (in *inode) releaseDelalloc(from uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var n uint64
+	for blk := range in.delalloc {
+		if blk >= from {
+			delete(in.delalloc, blk)
+			n++
+		}
+	}
+	if n > 0 {
+		_ = in.fs.alloc.Unreserve(n)
+	}
 }

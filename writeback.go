@@ -126,9 +126,15 @@ func (in *inode) writebackBlock(blk uint64, held *pagecache.Page, done func(erro
 			p.Unlock()
 		}
 	}
+	if len(wb) > 0 {
+		fs.writebacks.begin()
+	}
 	release := func(err error) {
 		for _, p := range wb {
 			p.EndWriteback(err)
+		}
+		if len(wb) > 0 {
+			fs.writebacks.end()
 		}
 		if err != nil {
 			fs.counters.WritebackErrors.Add(1)
@@ -147,7 +153,15 @@ func (in *inode) writebackBlock(blk uint64, held *pagecache.Page, done func(erro
 	m, err := in.extentsLocked()
 	if err == nil {
 		if segs := m.Lookup(blk, 1, nil); segs[0].Hole {
-			err = fs.transact(func(t *txn) error { return in.allocateLocked(t, blk, 1) })
+			_, reserved := in.delalloc[blk]
+			err = fs.transact(func(t *txn) error {
+				var r uint64
+				if reserved {
+					r = 1
+				}
+				return in.allocateLocked(t, blk, 1, r)
+			})
+			in.takeDelallocLocked(blk) // used up, or given back on error
 		}
 	}
 	var seg = struct {

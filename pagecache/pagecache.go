@@ -196,11 +196,22 @@ func (c *Cache) ThrottleDirty() {
 		return
 	}
 	c.stats.throttles.Add(1)
-	for c.dirty > c.maxDirty && !c.closed {
+	// Throttling is best effort: if writeback makes no headway (a failing
+	// device keeps pages dirty), the writer goes on after a while rather
+	// than hang.
+	deadline := time.Now().Add(throttleLimit)
+	for c.dirty > c.maxDirty && !c.closed && time.Now().Before(deadline) {
 		c.kickFlusher()
 		c.waitRoomLocked()
 	}
 }
+
+// throttleLimit bounds one ThrottleDirty wait, and roomLimit one wait for
+// room for a new page.
+const (
+	throttleLimit = 5 * time.Second
+	roomLimit     = 30 * time.Second
+)
 
 // waitRoomLocked waits for a state change that may make room, with a
 // timeout so that a missed kick cannot hang a writer.
@@ -241,6 +252,7 @@ func (c *Cache) DirtyMappings() []*Mapping {
 // Preconditions: c.mu is held.
 func (c *Cache) getBufferLocked(nowait bool) ([]byte, error) {
 	waited := false
+	var deadline time.Time
 	for {
 		if c.closed {
 			return nil, ErrClosed
@@ -263,6 +275,10 @@ func (c *Cache) getBufferLocked(nowait bool) ([]byte, error) {
 		if !waited {
 			c.stats.roomWaits.Add(1)
 			waited = true
+			deadline = time.Now().Add(roomLimit)
+		} else if time.Now().After(deadline) {
+			// Every page is dirty and writeback keeps failing.
+			return nil, errNoRoom
 		}
 		c.kickFlusher()
 		c.waitRoomLocked()
@@ -270,8 +286,9 @@ func (c *Cache) getBufferLocked(nowait bool) ([]byte, error) {
 }
 
 // errNoRoom is returned to nowait creators when the cache is full of pages
-// that cannot be evicted.
-var errNoRoom = errors.New("page cache full")
+// that cannot be evicted, and to others when that lasts (writeback keeps
+// failing).
+var errNoRoom = errors.New("page cache full of pages that cannot be evicted")
 
 // ErrNoRoom is errNoRoom, for callers that test for it.
 var ErrNoRoom = errNoRoom

@@ -1,0 +1,38 @@
+package sluice
+
+import "sync"
+
+// inflight counts operations in progress and lets a caller wait until none
+// is. Unlike sync.WaitGroup, begin may be called while someone waits.
+type inflight struct {
+	mu   sync.Mutex
+	cond sync.Cond
+	n    int // Protected by mu.
+}
+
+func (c *inflight) begin() {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+}
+
+func (c *inflight) end() {
+	c.mu.Lock()
+	c.n--
+	if c.n == 0 && c.cond.L != nil {
+		c.cond.Broadcast()
+	}
+	c.mu.Unlock()
+}
+
+// wait returns once no operation is in progress.
+func (c *inflight) wait() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cond.L == nil {
+		c.cond.L = &c.mu
+	}
+	for c.n > 0 {
+		c.cond.Wait()
+	}
+}
