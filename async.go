@@ -33,12 +33,12 @@ func (f *File) ReadAsync(p []byte, off int64, flags RWFlags, retry func(), done 
 	if err := f.begin(); err != nil {
 		return 0, pathErr("read", f.name, err)
 	}
-	if !f.readable() || off < 0 {
+	if err := verifyArea(off, len(p)); err != nil || !f.readable() {
 		f.end()
-		if off < 0 {
-			return 0, pathErr("read", f.name, syscall.EINVAL)
+		if err == nil {
+			err = syscall.EBADF
 		}
-		return 0, pathErr("read", f.name, syscall.EBADF)
+		return 0, pathErr("read", f.name, err)
 	}
 	k := f.newKiocb(p, off, flags|RWFNoWait)
 	if retry != nil && !k.direct && f.fs.policy.AsyncBufferedReads {
@@ -57,12 +57,12 @@ func (f *File) WriteAsync(p []byte, off int64, flags RWFlags, done func(n int, e
 	if err := f.begin(); err != nil {
 		return 0, pathErr("write", f.name, err)
 	}
-	if !f.writable() || off < 0 {
+	if err := verifyArea(off, len(p)); err != nil || !f.writable() {
 		f.end()
-		if off < 0 {
-			return 0, pathErr("write", f.name, syscall.EINVAL)
+		if err == nil {
+			err = syscall.EBADF
 		}
-		return 0, pathErr("write", f.name, syscall.EBADF)
+		return 0, pathErr("write", f.name, err)
 	}
 	k := f.newKiocb(p, off, flags|RWFNoWait)
 	k.done = func(n int, err error) {

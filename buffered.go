@@ -236,6 +236,11 @@ func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
 		tmp = device.AlignedBuf(ps)
 	}
 	if err := in.readRangeInto(tmp, pos); err != nil {
+		if !p.Dirty() {
+			// Nothing to keep: drop the page so that the next reader
+			// tries the device again instead of inheriting this error.
+			in.pages.Remove(p)
+		}
 		p.ClearUptodate(err)
 		return err
 	}

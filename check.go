@@ -114,7 +114,7 @@ func checkKV(kv meta.KV, h *volume.Header) (*CheckReport, error) {
 	// Directory entries: targets exist, link counts.
 	links := map[meta.Ino]uint32{}
 	subdirs := map[meta.Ino]uint32{}
-	start, end = []byte{'D'}, []byte{'D' + 1}
+	start, end = meta.DirentKeyRange()
 	if err := kv.Scan(start, end, func(k, v []byte) error {
 		parent, name, err := meta.DirentName(k)
 		if err != nil {
@@ -185,6 +185,50 @@ func checkKV(kv meta.KV, h *volume.Header) (*CheckReport, error) {
 		if orphans[ino] && in.Nlink > 0 {
 			r.add("orphan-linked", "inode %d is an orphan but has %d links", ino, in.Nlink)
 		}
+	}
+
+	// Symlink targets and extended attributes: decodable, and owned by a
+	// live inode (every symlink has a target).
+	targets := map[meta.Ino]bool{}
+	start, end = meta.SymlinkKeyRange()
+	if err := kv.Scan(start, end, func(k, v []byte) error {
+		ino, err := meta.SymlinkIno(k)
+		if err != nil {
+			r.add("corrupt-record", "%v", err)
+			return nil
+		}
+		if _, err := meta.DecodeBytes("symlink", v); err != nil {
+			r.add("corrupt-record", "symlink target of inode %d: %v", ino, err)
+		}
+		if in, ok := inodes[ino]; !ok || !isSymlink(in.Mode) {
+			r.add("dangling-entry", "symlink target record for inode %d, which is not a symlink", ino)
+		}
+		targets[ino] = true
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for ino, in := range inodes {
+		if isSymlink(in.Mode) && !targets[ino] {
+			r.add("corrupt-record", "symlink inode %d has no target", ino)
+		}
+	}
+	start, end = meta.XattrKeyRange()
+	if err := kv.Scan(start, end, func(k, v []byte) error {
+		ino, name, err := meta.XattrName(k)
+		if err != nil {
+			r.add("corrupt-record", "%v", err)
+			return nil
+		}
+		if _, err := meta.DecodeBytes("xattr", v); err != nil {
+			r.add("corrupt-record", "xattr %q of inode %d: %v", name, ino, err)
+		}
+		if _, ok := inodes[ino]; !ok {
+			r.add("dangling-entry", "xattr %q of missing inode %d", name, ino)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 
 	// Extents and free space: every data block is owned exactly once.

@@ -311,8 +311,8 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 		size := in.size()
 		if k.append {
 			k.off = size
-			if k.off+int64(len(k.buf)) > maxFileSize {
-				return mode, syscall.EFBIG
+			if err := clampToMaxSize(k); err != nil {
+				return mode, err
 			}
 			if k.direct && k.off%fs.ioUnit != 0 {
 				return mode, errnof(syscall.EINVAL, "O_DIRECT append at unaligned end of file %d", k.off)

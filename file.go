@@ -275,6 +275,15 @@ func (f *File) ReadDir() ([]DirEntry, error) {
 	return ents, pathErr("readdir", f.name, err)
 }
 
+// verifyArea refuses a negative position or one whose end overflows, as
+// Linux's rw_verify_area does before anything else.
+func verifyArea(off int64, n int) error {
+	if off < 0 || off+int64(n) < off {
+		return syscall.EINVAL
+	}
+	return nil
+}
+
 // RWFlags modify one read or write, as preadv2(2) and pwritev2(2) flags do.
 type RWFlags uint32
 
@@ -293,18 +302,25 @@ const (
 // ReadAt reads len(p) bytes at off, as os.File.ReadAt: fewer bytes only at
 // end of file, with io.EOF.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
-	n, err := f.Pread(p, off, 0)
-	if err == nil && n < len(p) {
-		err = io.EOF
+	n := 0
+	for n < len(p) {
+		m, err := f.Pread(p[n:], off+int64(n), 0)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			return n, io.EOF
+		}
 	}
-	return n, err
+	return n, nil
 }
 
 // Pread reads up to len(p) bytes at off, as pread(2) (or preadv2 with
 // flags): a short count at end of file, no io.EOF.
 func (f *File) Pread(p []byte, off int64, flags RWFlags) (int, error) {
-	if off < 0 {
-		return 0, pathErr("read", f.name, syscall.EINVAL)
+	if err := verifyArea(off, len(p)); err != nil {
+		return 0, pathErr("read", f.name, err)
 	}
 	if err := f.begin(); err != nil {
 		return 0, pathErr("read", f.name, err)
@@ -322,8 +338,8 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 
 // Pwrite writes p at off with pwritev2(2) flags.
 func (f *File) Pwrite(p []byte, off int64, flags RWFlags) (int, error) {
-	if off < 0 {
-		return 0, pathErr("write", f.name, syscall.EINVAL)
+	if err := verifyArea(off, len(p)); err != nil {
+		return 0, pathErr("write", f.name, err)
 	}
 	if err := f.begin(); err != nil {
 		return 0, pathErr("write", f.name, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -200,6 +201,9 @@ func (fs *FS) SymlinkIno(parent Ino, name, target string, owner Owner) (Attr, er
 	}
 	if len(target) >= maxPathLen {
 		return Attr{}, syscall.ENAMETOOLONG
+	}
+	if strings.IndexByte(target, 0) >= 0 {
+		return Attr{}, syscall.EINVAL
 	}
 	in, _, err := fs.create(parent, name, syscall.S_IFLNK|0o777, owner, 0, []byte(target), true)
 	if err != nil {

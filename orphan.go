@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"syscall"
 
 	"github.com/sluicefs/sluice/meta"
 )
@@ -75,6 +76,9 @@ func (fs *FS) recoverOrphans() error {
 	}
 	for _, ino := range inos {
 		in, err := fs.getInode(ino)
+		if err != nil && err != syscall.ENOENT {
+			return fmt.Errorf("recovering orphan inode %d: %w", ino, err)
+		}
 		if err != nil {
 			// No inode left: drop the stale orphan record.
 			if err := fs.transact(func(t *txn) error { t.kv.Delete(meta.OrphanKey(ino)); return nil }); err != nil {

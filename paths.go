@@ -54,6 +54,9 @@ func (fs *FS) walkFrom(start Ino, path string, links *int) (walked, error) {
 	if path == "" {
 		return walked{}, syscall.ENOENT
 	}
+	if strings.IndexByte(path, 0) >= 0 {
+		return walked{}, syscall.EINVAL
+	}
 	comps := splitPath(path)
 	cur := start
 	if strings.HasPrefix(path, "/") {

@@ -50,8 +50,8 @@ func (f *File) pread(p []byte, off int64, flags RWFlags) (int, error) {
 	if !f.readable() {
 		return 0, syscall.EBADF
 	}
-	if off < 0 {
-		return 0, syscall.EINVAL
+	if err := verifyArea(off, len(p)); err != nil {
+		return 0, err
 	}
 	return f.in.read(f.newKiocb(p, off, flags))
 }
@@ -60,8 +60,8 @@ func (f *File) pwrite(p []byte, off int64, flags RWFlags) (int, error) {
 	if !f.writable() {
 		return 0, syscall.EBADF
 	}
-	if off < 0 {
-		return 0, syscall.EINVAL
+	if err := verifyArea(off, len(p)); err != nil {
+		return 0, err
 	}
 	return f.in.write(f.newKiocb(p, off, flags))
 }
@@ -85,13 +85,27 @@ func (in *inode) write(k *kiocb) (int, error) {
 	if err := in.fs.writable(); err != nil {
 		return 0, err
 	}
-	if k.off+int64(len(k.buf)) > maxFileSize || k.off+int64(len(k.buf)) < k.off {
-		return 0, syscall.EFBIG
+	if !k.append {
+		if err := clampToMaxSize(k); err != nil {
+			return 0, err
+		}
 	}
 	if k.direct {
 		return in.directWrite(k)
 	}
 	return in.bufferedWrite(k)
+}
+
+// clampToMaxSize gives EFBIG for a write at or past the maximum file size
+// and shortens one that would cross it (generic_write_check_limits).
+func clampToMaxSize(k *kiocb) error {
+	if k.off >= maxFileSize {
+		return syscall.EFBIG
+	}
+	if int64(len(k.buf)) > maxFileSize-k.off {
+		k.buf = k.buf[:maxFileSize-k.off]
+	}
+	return nil
 }
 
 // lockIO takes the I/O lock in mode m, or with nowait only if it is free

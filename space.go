@@ -70,12 +70,10 @@ func (in *inode) truncate(size int64) error {
 	bs := fs.blockSize
 	switch {
 	case size < old:
-		// Pages past the new EOF go (without writeback: their data is
-		// cut off); the block holding the new EOF is written back and
-		// dropped, then its tail is zeroed on the device.
-		ps := int64(fs.cache.PageSize())
-		in.dropPages(uint64(roundUp(size, ps)/ps), ^uint64(0))
-		in.releaseDelalloc(uint64(roundUp(size, bs) / bs))
+		// The block holding the new EOF is written back and dropped, and
+		// its tail zeroed on the device (the part that can fail, so it
+		// comes first); then the pages past the new EOF go, without
+		// writeback: their data is cut off.
 		if size%bs != 0 {
 			blk := size / bs
 			if err := in.invalidateRange(blk*bs, (blk+1)*bs); err != nil {
@@ -85,6 +83,9 @@ func (in *inode) truncate(size int64) error {
 				return err
 			}
 		}
+		ps := int64(fs.cache.PageSize())
+		in.dropPages(uint64(roundUp(size, ps)/ps), ^uint64(0))
+		in.releaseDelalloc(uint64(roundUp(size, bs) / bs))
 	case size > old:
 		if err := in.zeroEOFTail(old); err != nil {
 			return err

@@ -21,10 +21,10 @@ const maxXattrValue = 64 << 10
 
 func checkXattrName(name string) error {
 	switch {
-	case name == "":
-		return syscall.EINVAL
-	case len(name) > maxNameLen:
+	case name == "" || len(name) > maxNameLen:
 		return syscall.ERANGE
+	case strings.IndexByte(name, 0) >= 0:
+		return syscall.EINVAL
 	}
 	for _, ns := range []string{"user.", "trusted.", "security.", "system."} {
 		if strings.HasPrefix(name, ns) {
@@ -136,8 +136,9 @@ func (fs *FS) ListxattrIno(ino Ino) ([]string, error) {
 	var names []string
 	start, end := meta.XattrPrefix(ino)
 	err = fs.kv.Scan(start, end, func(k, _ []byte) error {
-		names = append(names, string(k[len(start):]))
-		return nil
+		_, name, err := meta.XattrName(k)
+		names = append(names, name)
+		return err
 	})
 	return names, eio(err)
 }

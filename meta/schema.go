@@ -449,3 +449,28 @@ func DecodeFree(key, v []byte) (start, n uint64, err error) {
 	}
 	return start, n, nil
 }
+
+// DirentKeyRange returns the bounds of every directory entry.
+func DirentKeyRange() (start, end []byte) { return []byte{kindDirent}, []byte{kindDirent + 1} }
+
+// SymlinkKeyRange returns the bounds of every symlink-target record.
+func SymlinkKeyRange() (start, end []byte) { return []byte{kindSymlink}, []byte{kindSymlink + 1} }
+
+// XattrKeyRange returns the bounds of every xattr record.
+func XattrKeyRange() (start, end []byte) { return []byte{kindXattr}, []byte{kindXattr + 1} }
+
+// SymlinkIno parses a symlink-target key.
+func SymlinkIno(key []byte) (Ino, error) {
+	if len(key) != 9 || key[0] != kindSymlink {
+		return 0, fmt.Errorf("symlink key %x: %w", key, ErrCorrupt)
+	}
+	return Ino(binary.BigEndian.Uint64(key[1:])), nil
+}
+
+// XattrName parses an xattr key.
+func XattrName(key []byte) (Ino, string, error) {
+	if len(key) < 10 || key[0] != kindXattr {
+		return 0, "", fmt.Errorf("xattr key %x: %w", key, ErrCorrupt)
+	}
+	return Ino(binary.BigEndian.Uint64(key[1:])), string(key[9:]), nil
+}
