@@ -271,7 +271,7 @@ func (in *inode) readRangeInto(buf []byte, pos int64) error {
 	first, nb := fs.blockRange(pos, end)
 	segs := m.Lookup(first, nb, nil)
 	in.mu.Unlock()
-	b := &ioBatch{}
+	b := newBatch(fs)
 	for _, s := range segs {
 		lo, hi := fs.clip(s, pos, end)
 		part := buf[lo-pos : hi-pos]
@@ -293,7 +293,7 @@ func (in *inode) readRangeInto(buf []byte, pos int64) error {
 		}
 		b.add(device.OpRead, part, devOff)
 	}
-	return b.run(fs.dev)
+	return b.run()
 }
 
 // bufferedRead copies from the page cache, reading missing pages in with

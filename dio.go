@@ -102,18 +102,20 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 		return 0, err
 	}
 	first, nb := fs.blockRange(k.off, k.off+span)
-	segs := m.Lookup(first, nb, nil)
+	op := newDioOp(in, k)
+	segs := m.Lookup(first, nb, op.segs[:0])
 	in.mu.Unlock()
 	if misaligned != nil {
 		for _, s := range segs {
 			if !s.Hole && s.State == meta.Written {
 				in.io.Unlock(iolock.Shared)
+				op.free()
 				return 0, misaligned
 			}
 		}
 	}
 
-	b := &ioBatch{}
+	b := &op.b
 	for _, s := range segs {
 		lo, hi := fs.clip(s, k.off, k.off+span)
 		part := k.buf[lo-k.off : hi-k.off]
@@ -126,21 +128,18 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 	}
 	if len(b.reqs) == 0 {
 		in.io.Unlock(iolock.Shared)
+		op.free()
 		return int(n), nil
 	}
-	c := newCompletion(k)
+	op.n = int(n)
+	async := k.done != nil
 	in.dioBegin()
-	b.finish = func(err error) {
-		in.dio.End()
-		if err != nil {
-			c.complete(0, err)
-			return
-		}
-		c.complete(int(n), nil)
-	}
-	b.submit(fs.dev)
+	b.submit()
 	in.io.Unlock(iolock.Shared)
-	return c.wait()
+	if async {
+		return 0, errQueued // op belongs to the completion now
+	}
+	return op.wait()
 }
 
 // dioBegin counts a direct I/O in flight (inode_dio_begin).
@@ -379,43 +378,24 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 		in.io.Unlock(mode)
 		return 0, err
 	}
-	b := &ioBatch{}
-	conv, err := in.planWrite(k.buf, k.off, k.nowait, b)
+	op := newDioOp(in, k)
+	conv, err := in.planWrite(op, k.buf, k.off, k.nowait)
 	if err != nil {
 		in.io.Unlock(mode)
+		op.free()
 		return 0, err
 	}
-	c := newCompletion(k)
+	op.write, op.off, op.end, op.conv, op.mode, op.holdLock = true, k.off, end, conv, mode, wait
+	async := k.done != nil
 	in.dioBegin()
-	b.finish = func(err error) {
-		finish := func() {
-			in.finishDirectWrite(k.off, end, conv, err)
-			if err == nil && k.dsync {
-				err = in.fs.group.sync()
-			}
-			if wait {
-				in.io.Unlock(mode)
-			}
-			if err != nil {
-				c.complete(0, err)
-			} else {
-				c.complete(len(k.buf), nil)
-			}
-		}
-		if len(conv) > 0 || k.dsync || end > in.size() || in.pages.Len() > 0 {
-			// Work that may block (a metadata commit, a sync, page
-			// invalidation) runs off the device's completion goroutine,
-			// like the kernel's s_dio_done_wq.
-			go finish()
-		} else {
-			finish()
-		}
-	}
-	b.submit(fs.dev)
+	op.b.submit()
 	if !wait {
 		in.io.Unlock(mode)
 	}
-	return c.wait()
+	if async {
+		return 0, errQueued // op belongs to the completion now
+	}
+	return op.wait()
 }
 
 // finishDirectWrite is the completion of a direct write, in the kernel's
@@ -459,15 +439,16 @@ func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, err error) 
 type fileRange struct{ first, n uint64 }
 
 // planWrite maps the byte range [off, off+len(buf)) for a direct write and
-// adds the device writes to b. Holes are allocated first, as unwritten
+// adds the device writes to op's batch. Holes are allocated first, as unwritten
 // extents, under the inode lock (never held across device I/O). Blocks in
 // written extents get exactly the caller's bytes. Blocks in unwritten
 // extents that the write covers only partly are written whole, with zeros
 // around the caller's bytes (head and tail zeroing), from a bounce buffer.
 // It returns the unwritten block ranges to convert at completion. With
 // nowait, a hole gives EAGAIN (allocation may block).
-func (in *inode) planWrite(buf []byte, off int64, nowait bool, b *ioBatch) ([]fileRange, error) {
+func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool) ([]fileRange, error) {
 	fs := in.fs
+	b := &op.b
 	end := off + int64(len(buf))
 	first, nb := fs.blockRange(off, end)
 	in.mu.Lock()
@@ -476,7 +457,7 @@ func (in *inode) planWrite(buf []byte, off int64, nowait bool, b *ioBatch) ([]fi
 		in.mu.Unlock()
 		return nil, err
 	}
-	segs := m.Lookup(first, nb, nil)
+	segs := m.Lookup(first, nb, op.segs[:0])
 	holes := false
 	for _, s := range segs {
 		holes = holes || s.Hole
@@ -495,7 +476,7 @@ func (in *inode) planWrite(buf []byte, off int64, nowait bool, b *ioBatch) ([]fi
 		segs = m.Lookup(first, nb, segs[:0])
 	}
 	in.mu.Unlock()
-	var conv []fileRange
+	conv := op.convBuf[:0]
 	bs := fs.blockSize
 	for _, s := range segs {
 		lo, hi := fs.clip(s, off, end)

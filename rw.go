@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/iolock"
 )
 
@@ -139,14 +140,42 @@ func (in *inode) size() int64 {
 	return int64(in.attr.Size)
 }
 
-// ioBatch is a set of device requests that complete as one: it calls
-// finish once, after the last of them completes, with the first error.
+// ioBatch is a set of device requests that complete as one: once the
+// last of them completes, it calls its owner's batchDone (or, without an
+// owner, finish) once, with the first error. It counts the requests in
+// the engine's device counters itself, so it submits to the raw device.
 type ioBatch struct {
+	fs      *FS
 	pending atomic.Int32
 	errMu   sync.Mutex
 	err     error
 	reqs    []device.Request
+	inline  [2]device.Request
+	doneFn  func(*device.Request, error) // b.done, bound once
+	owner   batchOwner
 	finish  func(err error)
+}
+
+// batchOwner is told when a batch completes.
+type batchOwner interface{ batchDone(err error) }
+
+func newBatch(fs *FS) *ioBatch {
+	b := &ioBatch{}
+	b.init(fs)
+	return b
+}
+
+func (b *ioBatch) init(fs *FS) {
+	b.fs = fs
+	b.reqs = b.inline[:0]
+	b.doneFn = b.done
+}
+
+// reset makes a finished batch ready for reuse.
+func (b *ioBatch) reset() {
+	clear(b.inline[:])
+	b.reqs = b.inline[:0]
+	b.err = nil
 }
 
 // add appends a request for later submission.
@@ -154,13 +183,21 @@ func (b *ioBatch) add(op device.Op, buf []byte, off int64) {
 	b.reqs = append(b.reqs, device.Request{Op: op, Buf: buf, Off: off})
 }
 
-// submit starts every request; finish runs when all have completed. It
-// must be called at most once, with at least one request.
-func (b *ioBatch) submit(dev device.Device) {
+// submit starts every request; completion is reported once all have
+// completed. It must be called at most once, with at least one request.
+func (b *ioBatch) submit() {
+	c := &b.fs.counters
+	dev := b.fs.vol.Dev
 	b.pending.Store(int32(len(b.reqs)))
 	for i := range b.reqs {
 		r := &b.reqs[i]
-		r.Done = b.done
+		r.Done = b.doneFn
+		if r.Op == device.OpRead {
+			c.DeviceReads.Add(1)
+		} else {
+			c.DeviceWrites.Add(1)
+		}
+		storeMax(&c.MaxDeviceInFlight, c.DeviceInFlight.Add(1))
 		if err := dev.Submit(r); err != nil {
 			b.done(r, err)
 		}
@@ -168,6 +205,7 @@ func (b *ioBatch) submit(dev device.Device) {
 }
 
 func (b *ioBatch) done(_ *device.Request, err error) {
+	b.fs.counters.DeviceInFlight.Add(-1)
 	if err != nil {
 		b.errMu.Lock()
 		if b.err == nil {
@@ -177,57 +215,132 @@ func (b *ioBatch) done(_ *device.Request, err error) {
 	}
 	if b.pending.Add(-1) == 0 {
 		b.errMu.Lock()
-		err := b.err
+		err := eio(b.err)
 		b.errMu.Unlock()
-		b.finish(eio(err))
+		if b.owner != nil {
+			b.owner.batchDone(err)
+		} else {
+			b.finish(err)
+		}
 	}
 }
 
 // run submits the batch and waits for it.
-func (b *ioBatch) run(dev device.Device) error {
+func (b *ioBatch) run() error {
 	if len(b.reqs) == 0 {
 		return nil
 	}
 	ch := make(chan error, 1)
 	b.finish = func(err error) { ch <- err }
-	b.submit(dev)
+	b.submit()
 	return <-ch
 }
 
-// completion turns the end of an I/O into the end of a request: for a
-// synchronous kiocb the caller waits for it; for an asynchronous one done
-// is called.
-type completion struct {
-	k   *kiocb
-	ch  chan struct{}
-	n   int
-	err error
-}
-
-func newCompletion(k *kiocb) *completion {
-	c := &completion{k: k}
-	if k.done == nil {
-		c.ch = make(chan struct{})
+// dioOp is one direct read or write in flight: its device requests and
+// what to do when they complete. dioOps are pooled, so the I/O path
+// allocates almost nothing per request.
+type dioOp struct {
+	b  ioBatch
+	in *inode
+	k  *kiocb
+	// Set by the path before submission.
+	write    bool
+	n        int         // bytes to report on success (reads)
+	off, end int64       // the byte range written (writes)
+	conv     []fileRange // unwritten ranges to convert (writes)
+	mode     iolock.Mode // lock mode held (writes)
+	holdLock bool        // unlock only at completion (writes)
+	segs     [4]extmap.Segment
+	convBuf  [2]fileRange
+	// Completion of a synchronous request.
+	ch     chan struct{}
+	result struct {
+		n   int
+		err error
 	}
-	return c
 }
 
-func (c *completion) complete(n int, err error) {
-	if c.k.done != nil {
-		c.k.done(n, err)
+var dioPool = sync.Pool{New: func() any {
+	op := &dioOp{ch: make(chan struct{}, 1)}
+	op.b.owner = op
+	return op
+}}
+
+func newDioOp(in *inode, k *kiocb) *dioOp {
+	op := dioPool.Get().(*dioOp)
+	op.b.init(in.fs)
+	op.in, op.k = in, k
+	return op
+}
+
+func (op *dioOp) free() {
+	op.b.reset()
+	op.in, op.k, op.conv = nil, nil, nil
+	op.write, op.holdLock = false, false
+	op.result.n, op.result.err = 0, nil
+	dioPool.Put(op)
+}
+
+// batchDone runs when the op's device requests have completed.
+func (op *dioOp) batchDone(err error) {
+	if !op.write {
+		op.in.dio.End()
+		if err != nil {
+			op.complete(0, err)
+		} else {
+			op.complete(op.n, nil)
+		}
 		return
 	}
-	c.n, c.err = n, err
-	close(c.ch)
+	in := op.in
+	if len(op.conv) > 0 || op.k.dsync || op.end > in.size() || in.pages.Len() > 0 {
+		// Work that may block (a metadata commit, a sync, page
+		// invalidation) runs off the device's completion goroutine,
+		// like the kernel's s_dio_done_wq.
+		go op.finishWrite(err)
+	} else {
+		op.finishWrite(err)
+	}
 }
 
-// wait returns the result for a synchronous request, or errQueued.
-func (c *completion) wait() (int, error) {
-	if c.k.done != nil {
+func (op *dioOp) finishWrite(err error) {
+	in := op.in
+	in.finishDirectWrite(op.off, op.end, op.conv, err)
+	if err == nil && op.k.dsync {
+		err = in.fs.group.sync()
+	}
+	if op.holdLock {
+		in.io.Unlock(op.mode)
+	}
+	if err != nil {
+		op.complete(0, err)
+	} else {
+		op.complete(int(op.end-op.off), nil)
+	}
+}
+
+// complete ends the request: an asynchronous one's done is called; a
+// synchronous one's waiter is woken.
+func (op *dioOp) complete(n int, err error) {
+	if done := op.k.done; done != nil {
+		op.free()
+		done(n, err)
+		return
+	}
+	op.result.n, op.result.err = n, err
+	op.ch <- struct{}{}
+}
+
+// wait returns the result of a synchronous request (and frees the op), or
+// errQueued for an asynchronous one.
+func (op *dioOp) wait() (int, error) {
+	if op.k.done != nil {
 		return 0, errQueued
 	}
-	<-c.ch
-	return c.n, c.err
+	<-op.ch
+	n, err := op.result.n, op.result.err
+	op.free()
+	return n, err
 }
 
 func roundUp(x, to int64) int64   { return (x + to - 1) / to * to }

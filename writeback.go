@@ -177,7 +177,7 @@ func (in *inode) writebackBlock(blk uint64, held *pagecache.Page, done func(erro
 		release(err)
 		return err
 	}
-	b := &ioBatch{}
+	b := newBatch(fs)
 	if !seg.written {
 		// Unwritten: the whole block, with zeros wherever no page holds
 		// valid bytes (they read as zeros now).
@@ -202,7 +202,7 @@ func (in *inode) writebackBlock(blk uint64, held *pagecache.Page, done func(erro
 			release(cerr)
 		}()
 	}
-	b.submit(fs.dev)
+	b.submit()
 	return nil
 }
 
