@@ -1,0 +1,511 @@
+// Package directdev implements device.Device over an image file or a block
+// device opened with O_DIRECT, driven through io_uring, with a
+// pread/pwrite worker pool as the fallback.
+//
+// # Opening
+//
+// Open takes a path and Options. A regular file's size must be a non-zero
+// multiple of Options.IOUnit (create an image with `truncate -s 1G img` or,
+// to avoid allocation on first write, `fallocate -l 1G img`); a block
+// device's size comes from BLKGETSIZE64 and its logical sector size
+// (BLKSSZGET) bounds IOUnit from below. Open asks the file system for its
+// direct-I/O alignment (statx STATX_DIOALIGN) and probes one read, so a file
+// system that accepts O_DIRECT but cannot honour it for this IOUnit fails at
+// Open and not at the first I/O. A file system that refuses O_DIRECT (ramfs,
+// some FUSE and network file systems) fails Open with an error wrapping
+// ErrNoDirectIO unless Options.AllowBuffered is set.
+//
+// # Backends
+//
+// The io_uring backend (Uring) runs Options.Rings rings. Each ring has one
+// owner goroutine, which alone touches the ring: it moves queued requests into
+// SQEs, submits them, waits for completions in io_uring_enter and calls Done.
+//
+//   - Batching. Submit appends the request to the ring's queue under a short
+//     mutex and returns. The owner takes the whole queue at once and submits
+//     it with the same io_uring_enter that waits for the next completion, so
+//     under load one system call submits many requests and reaps many
+//     completions (Stats counts both).
+//   - Scheduling. After calling Done callbacks the owner yields
+//     (runtime.Gosched), so that the goroutines the callbacks woke run, and
+//     submit their next requests, before the owner blocks in the kernel
+//     again. This is why the owner is not locked to an OS thread and the
+//     rings do not use IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN: a locked
+//     goroutine cannot yield without handing its P to another thread and
+//     back, and measured slower (see ringOwner.loop).
+//   - Wake-ups. An owner with requests in flight sleeps in io_uring_enter. A
+//     submitter that finds it asleep there writes to an eventfd on which the
+//     owner keeps an IORING_OP_READ in flight, which completes and wakes it.
+//     An owner with nothing in flight sleeps on a channel instead.
+//   - Back-pressure. A ring never has more requests in flight than its
+//     completion queue holds (less the wake-up read), so the CQ cannot
+//     overflow. Each Submit takes a token from a per-ring semaphore of that
+//     size and blocks while none is free. A Done callback that calls Submit
+//     must not block (the owner would wait for itself): while it calls Done
+//     callbacks the owner locks itself to its thread and publishes the
+//     thread id, and a Submit from that thread skips the semaphore; the
+//     request waits in the queue for a free slot instead.
+//   - Buffers. The in-flight table references every request, and so its
+//     buffer, until its completion has been reaped: the GC cannot free a
+//     buffer the kernel is using, and the Go heap does not move objects.
+//   - No partial results. A short read or write is resubmitted for the rest;
+//     a transfer of zero bytes fails the request with EIO.
+//
+// The Pread backend runs Options.PreadWorkers goroutines that take requests
+// submitted with Submit from a bounded queue and issue one pread(2),
+// pwrite(2) or fdatasync(2)/fsync(2) each; ReadAt, WriteAt and Flush issue
+// theirs on the calling goroutine, as os.File does, at most PreadWorkers at
+// a time. It is the fallback when io_uring is not available (ENOSYS on old
+// kernels or under seccomp, EPERM with sysctl kernel.io_uring_disabled=2);
+// with the Auto backend Open chooses it automatically and Device.Fallback
+// says why.
+//
+// Flush is fdatasync for an image file and fsync for a block device, issued
+// as IORING_OP_FSYNC on the io_uring backend.
+//
+// # Concurrency
+//
+// Every method may be called from any number of goroutines. Done callbacks
+// run on a ring's owner goroutine (one at a time per ring) or on a pread
+// worker: they must be short and must not wait for other I/O on the same
+// device (ReadAt, WriteAt, Flush, Close), though they may Submit. Each ring
+// owner holds a P (GOMAXPROCS slot) while it waits in io_uring_enter, as any
+// goroutine in a blocking system call does, until the runtime retakes it.
+// Close waits for every submitted request to complete; calls after it fail
+// with an error wrapping device.ErrClosed.
+//
+// Lock order:
+//
+//	Device.closeMu (Close only; held while Close waits for the backend)
+//	  ringOwner.mu, preadBackend.mu, owners (leaves: never held while
+//	  calling Done or taking another lock)
+package directdev
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice/device"
+)
+
+// ErrNoDirectIO is wrapped by the error Open returns when the file system
+// refuses O_DIRECT and Options.AllowBuffered is not set.
+var ErrNoDirectIO = errors.New("file system does not support O_DIRECT")
+
+// Device is a device.Device over a file opened with O_DIRECT. See the
+// package documentation.
+type Device struct {
+	// Immutable after Open.
+	path     string
+	fd       int
+	size     int64
+	ioUnit   int
+	opts     Options
+	backend  Backend
+	direct   bool
+	blockDev bool
+	readOnly bool
+	fallback error
+	be       ioBackend
+
+	// state is closedBit | the number of goroutines inside Submit or
+	// inline.
+	state atomic.Int64
+	// drained receives a token when the last of them leaves after Close
+	// set closedBit.
+	drained chan struct{}
+	// closeMu serialises Close.
+	closeMu sync.Mutex
+}
+
+const closedBit = int64(1) << 62
+
+// ioBackend is what a backend provides to Device.
+type ioBackend interface {
+	// submit queues a validated request. It may block for back-pressure.
+	submit(r *device.Request)
+	// close waits for every submitted request to complete (calling Done)
+	// and releases the backend. No submit call is running or will start.
+	close() error
+	// stats adds the backend's counters to s.
+	stats(s *Stats)
+}
+
+// testHookUringSetup, when non-nil, is called before each ring is created;
+// a non-nil error is used as the ring's setup error. Tests use it to force
+// the Auto fallback.
+var testHookUringSetup func() error
+
+// Open opens the image file or block device at path. See the package
+// documentation.
+func Open(path string, opts Options) (*Device, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, fmt.Errorf("directdev: open %s: %w", path, err)
+	}
+	d := &Device{path: path, ioUnit: opts.IOUnit, opts: opts, readOnly: opts.ReadOnly, drained: make(chan struct{}, 1)}
+	if err := d.open(); err != nil {
+		return nil, err
+	}
+
+	var err error
+	switch opts.Backend {
+	case Auto, Uring:
+		d.backend = Uring
+		d.be, err = newUringBackend(d)
+		if err != nil && opts.Backend == Auto {
+			d.fallback = err
+			d.backend = Pread
+			d.be, err = newPreadBackend(d), nil
+		}
+	case Pread:
+		d.backend = Pread
+		d.be = newPreadBackend(d)
+	}
+	if err != nil {
+		unix.Close(d.fd)
+		return nil, fmt.Errorf("directdev: open %s: %w", path, err)
+	}
+	return d, nil
+}
+
+// open opens the file, determines its size and checks IOUnit against what
+// the kernel requires.
+func (d *Device) open() error {
+	errorf := func(format string, args ...any) error {
+		return fmt.Errorf("directdev: open %s: "+format, append([]any{d.path}, args...)...)
+	}
+	flags := unix.O_CLOEXEC | unix.O_RDWR
+	if d.readOnly {
+		flags = unix.O_CLOEXEC | unix.O_RDONLY
+	}
+	noDirect := func(call string, cause error) error {
+		return errorf("%w (%s: %w): put the image on a file system that supports it (ext4, xfs, btrfs) or a block device, or set Options.AllowBuffered to use the page cache", ErrNoDirectIO, call, cause)
+	}
+	fd, err := openRetry(d.path, flags|unix.O_DIRECT)
+	d.direct = true
+	if errors.Is(err, unix.EINVAL) {
+		if !d.opts.AllowBuffered {
+			return noDirect("open", err)
+		}
+		fd, err = openRetry(d.path, flags)
+		d.direct = false
+	}
+	if err != nil {
+		return errorf("%w", err)
+	}
+	d.fd = fd
+	fail := func(err error) error {
+		unix.Close(fd)
+		return err
+	}
+
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fail(errorf("fstat: %w", err))
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		d.size = st.Size
+	case unix.S_IFBLK:
+		d.blockDev = true
+		var size uint64
+		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&size))); errno != 0 {
+			return fail(errorf("ioctl BLKGETSIZE64: %w", errno))
+		}
+		d.size = int64(size)
+		sector, err := unix.IoctlGetInt(fd, unix.BLKSSZGET)
+		if err != nil {
+			return fail(errorf("ioctl BLKSSZGET: %w", err))
+		}
+		if d.ioUnit < sector {
+			return fail(errorf("IOUnit %d is smaller than the device's %d B logical sector size; set Options.IOUnit to at least %d: %w", d.ioUnit, sector, sector, unix.EINVAL))
+		}
+	default:
+		return fail(errorf("not a regular file or block device (mode %#o): %w", st.Mode&unix.S_IFMT, unix.EINVAL))
+	}
+	if d.size == 0 {
+		return fail(errorf("empty file; give it a size that is a multiple of %d B first (truncate -s or fallocate -l): %w", d.ioUnit, unix.EINVAL))
+	}
+	if d.size%int64(d.ioUnit) != 0 {
+		return fail(errorf("size %d B is not a multiple of the %d B I/O unit; resize it or choose a smaller Options.IOUnit: %w", d.size, d.ioUnit, unix.EINVAL))
+	}
+
+	if !d.direct {
+		return nil
+	}
+	// Ask for the file system's direct-I/O alignment (Linux 6.1) ...
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &stx); err == nil && stx.Mask&unix.STATX_DIOALIGN != 0 && !d.blockDev {
+		switch {
+		case stx.Dio_offset_align == 0:
+			if !d.opts.AllowBuffered {
+				return fail(noDirect("statx reports no direct I/O alignment", unix.EINVAL))
+			}
+			return d.reopenBuffered(flags)
+		case d.ioUnit < int(stx.Dio_offset_align):
+			return fail(errorf("IOUnit %d is smaller than the file system's %d B direct-I/O alignment; set Options.IOUnit to at least %d: %w", d.ioUnit, stx.Dio_offset_align, stx.Dio_offset_align, unix.EINVAL))
+		case device.MemAlign(d.ioUnit) < int(stx.Dio_mem_align):
+			return fail(errorf("the file system needs %d B aligned buffers for direct I/O, more than IOUnit %d guarantees: %w", stx.Dio_mem_align, d.ioUnit, unix.EINVAL))
+		}
+	}
+	// ... and check with one read, since some file systems accept
+	// O_DIRECT at open and refuse it at the first I/O.
+	probe := device.AlignedBuf(d.ioUnit)
+	for {
+		_, err = unix.Pread(fd, probe, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if errors.Is(err, unix.EINVAL) {
+		if !d.opts.AllowBuffered {
+			return fail(noDirect("read", err))
+		}
+		return d.reopenBuffered(flags)
+	}
+	if err != nil {
+		return fail(errorf("probe read: %w", err))
+	}
+	return nil
+}
+
+// reopenBuffered replaces d.fd with one opened without O_DIRECT.
+func (d *Device) reopenBuffered(flags int) error {
+	unix.Close(d.fd)
+	fd, err := openRetry(d.path, flags)
+	if err != nil {
+		return fmt.Errorf("directdev: open %s: %w", d.path, err)
+	}
+	d.fd, d.direct = fd, false
+	return nil
+}
+
+func openRetry(path string, flags int) (int, error) {
+	for {
+		fd, err := unix.Open(path, flags, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// Backend returns the backend in use: Uring or Pread, never Auto.
+func (d *Device) Backend() Backend { return d.backend }
+
+// Fallback returns why the Auto backend fell back to Pread, or nil.
+func (d *Device) Fallback() error { return d.fallback }
+
+// Direct reports whether the file is open with O_DIRECT (false only with
+// Options.AllowBuffered on a file system that refuses O_DIRECT).
+func (d *Device) Direct() bool { return d.direct }
+
+// Options returns the options in effect, defaults applied.
+func (d *Device) Options() Options { return d.opts }
+
+// Size returns the device size in bytes.
+func (d *Device) Size() int64 { return d.size }
+
+// IOUnit returns Options.IOUnit.
+func (d *Device) IOUnit() int { return d.ioUnit }
+
+// String describes the device for logs.
+func (d *Device) String() string {
+	return fmt.Sprintf("directdev %s (%d B, backend %s, direct %t, %s)", d.path, d.size, d.backend, d.direct, d.opts)
+}
+
+// Submit validates r and queues it. See device.Device.Submit.
+func (d *Device) Submit(r *device.Request) error {
+	if d.state.Add(1)&closedBit != 0 {
+		d.leave()
+		return device.NewError(r, device.ErrClosed)
+	}
+	defer d.leave()
+	if r.Done == nil {
+		return device.NewError(r, fmt.Errorf("request without Done: %w", syscall.EINVAL))
+	}
+	if err := d.check(r); err != nil {
+		return err
+	}
+	d.be.submit(r)
+	return nil
+}
+
+// check validates r: device.Check, then the read-only rule.
+func (d *Device) check(r *device.Request) error {
+	if err := device.Check(r, d.size, d.ioUnit); err != nil {
+		return err
+	}
+	if r.Op == device.OpWrite && d.readOnly {
+		return device.NewError(r, fmt.Errorf("device opened read-only: %w", syscall.EROFS))
+	}
+	return nil
+}
+
+// leave ends a Submit; the last one out after Close signals drained.
+func (d *Device) leave() {
+	if d.state.Add(-1) == closedBit {
+		select {
+		case d.drained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ReadAt reads len(p) bytes at off. See device.Device.ReadAt.
+func (d *Device) ReadAt(p []byte, off int64) error {
+	return d.wait(device.OpRead, p, off)
+}
+
+// WriteAt writes p at off. See device.Device.WriteAt.
+func (d *Device) WriteAt(p []byte, off int64) error {
+	return d.wait(device.OpWrite, p, off)
+}
+
+// Flush makes completed writes durable: fdatasync(2) for an image file,
+// fsync(2) for a block device. See device.Device.Flush.
+func (d *Device) Flush() error {
+	return d.wait(device.OpFlush, nil, 0)
+}
+
+// waiter is a pooled request with its completion channel, so that ReadAt,
+// WriteAt and Flush do not allocate. It behaves as device.Wait.
+type waiter struct {
+	req  device.Request
+	ch   chan error
+	done func(*device.Request, error)
+}
+
+var waiterPool = sync.Pool{New: func() any {
+	w := &waiter{ch: make(chan error, 1)}
+	w.done = func(_ *device.Request, err error) { w.ch <- err }
+	return w
+}}
+
+func (d *Device) wait(op device.Op, p []byte, off int64) error {
+	if pb, ok := d.be.(*preadBackend); ok {
+		return d.inline(pb, op, p, off)
+	}
+	w := waiterPool.Get().(*waiter)
+	w.req = device.Request{Op: op, Off: off, Buf: p, Done: w.done}
+	err := d.Submit(&w.req)
+	if err == nil {
+		err = <-w.ch
+	}
+	w.req = device.Request{}
+	waiterPool.Put(w)
+	return err
+}
+
+// inline performs a synchronous request of the Pread backend on the calling
+// goroutine, as os.File.ReadAt would: handing it to a worker and waiting
+// would add two goroutine switches to a blocking system call. At most
+// PreadWorkers inline calls run at once.
+func (d *Device) inline(pb *preadBackend, op device.Op, p []byte, off int64) error {
+	r := device.Request{Op: op, Off: off, Buf: p}
+	if d.state.Add(1)&closedBit != 0 {
+		d.leave()
+		return device.NewError(&r, device.ErrClosed)
+	}
+	defer d.leave()
+	if err := d.check(&r); err != nil {
+		return err
+	}
+	pb.inline <- struct{}{}
+	err := pb.do(&r)
+	<-pb.inline
+	return err
+}
+
+// Close waits for submitted requests to complete, stops the backend and
+// closes the file. A Done callback must not call Close.
+func (d *Device) Close() error {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	old := d.state.Or(closedBit)
+	if old&closedBit != 0 {
+		return fmt.Errorf("directdev: close %s: %w", d.path, device.ErrClosed)
+	}
+	if old != 0 {
+		<-d.drained // the last Submit in progress has left
+	}
+	err := d.be.close()
+	if cerr := unix.Close(d.fd); err == nil && cerr != nil {
+		err = fmt.Errorf("directdev: close %s: %w", d.path, cerr)
+	}
+	return err
+}
+
+// Stats are cumulative counters of a device's backend.
+type Stats struct {
+	// Requests counts requests completed (Done called).
+	Requests uint64
+	// SQEs counts SQEs submitted for requests, resubmissions included.
+	SQEs uint64
+	// Enters counts io_uring_enter calls.
+	Enters uint64
+	// Batches counts io_uring_enter calls that submitted at least one
+	// SQE; SQEs/Batches is the mean submission batch.
+	Batches uint64
+	// Wakeups counts eventfd writes that woke an owner sleeping in the
+	// kernel.
+	Wakeups uint64
+	// Blocked counts Submit calls that waited for back-pressure.
+	Blocked uint64
+	// ShortIOs counts short reads and writes that were resubmitted.
+	ShortIOs uint64
+	// DepthNanos is the io_uring queue depth integrated over time, in
+	// request-nanoseconds: a request counts from its SQE until its CQE is
+	// reaped. Its increase over an interval divided by the interval's
+	// length is the mean queue depth the device saw.
+	DepthNanos uint64
+}
+
+// Stats returns the backend's counters.
+func (d *Device) Stats() Stats {
+	var s Stats
+	d.be.stats(&s)
+	return s
+}
+
+// maxRetries bounds the resubmissions of a request that completes with
+// EAGAIN or EINTR.
+const maxRetries = 16
+
+// resultOf applies the no-partial-results rule to one completion of request
+// r, analogous to the kernel's iomap_dio_complete deciding what a direct
+// I/O returns. done bytes had moved before; res is the completion's result,
+// a byte count or -errno. It returns the new done count and:
+//
+//   - more=false, err=nil: the request is complete;
+//   - more=true, err=nil: a short transfer, resubmit the rest;
+//   - more=true, err!=nil: EAGAIN or EINTR, resubmit unless retried too
+//     often, then fail with err;
+//   - more=false, err!=nil: fail with err, an *device.Error wrapping the
+//     errno (or EIO for a transfer of zero bytes).
+func resultOf(r *device.Request, done int, res int32) (newDone int, more bool, err error) {
+	switch {
+	case res < 0:
+		errno := syscall.Errno(-res)
+		return done, errno == syscall.EAGAIN || errno == syscall.EINTR, device.NewError(r, errno)
+	case r.Op == device.OpFlush:
+		return done, false, nil
+	case res == 0:
+		return done, false, device.NewError(r, errZeroTransfer(r.Op, r.Off+int64(done)))
+	}
+	done += int(res)
+	return done, done < len(r.Buf), nil
+}
+
+// errZeroTransfer is the cause of a request that the kernel completed with
+// zero bytes transferred: a short read at the end of a file that shrank
+// under us, or a write the device accepted none of.
+func errZeroTransfer(op device.Op, off int64) error {
+	return fmt.Errorf("%s transferred 0 bytes at offset %d: %w", op, off, syscall.EIO)
+}

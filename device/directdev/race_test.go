@@ -1,0 +1,5 @@
+//go:build race
+
+package directdev
+
+const raceEnabled = true

@@ -1,0 +1,311 @@
+package uring
+
+import (
+	"errors"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	sysIOUringSetup = unix.SYS_IO_URING_SETUP
+	sysIOUringEnter = unix.SYS_IO_URING_ENTER
+)
+
+// Ring is one io_uring instance with its three shared mappings. See the
+// package documentation for the concurrency rules.
+type Ring struct {
+	fd     int
+	params Params
+
+	// Mappings. cqMem aliases sqMem under FeatSingleMmap.
+	sqMem, cqMem, sqeMem []byte
+
+	// Submission side. sqHead is written by the kernel, sqTail by us.
+	sqHead    *uint32
+	sqTail    *uint32
+	sqFlags   *uint32
+	sqDropped *uint32
+	sqMask    uint32
+	sqEntries uint32
+	sqes      []SQE
+	// sqeTail counts SQEs handed out by GetSQE. SQEs in
+	// [*sqTail, sqeTail) are filled but not yet published.
+	sqeTail uint32
+
+	// Completion side. cqTail is written by the kernel, cqHead by us.
+	cqHead     *uint32
+	cqTail     *uint32
+	cqOverflow *uint32
+	cqMask     uint32
+	cqEntries  uint32
+	cqes       []CQE
+
+	closed bool
+}
+
+// New creates a ring with at least entries SQ entries (rounded up to a power
+// of two by the kernel) and maps it. p, which may be nil, supplies
+// Params.Flags (Setup*), and Params.CQEntries with SetupCQSize; the kernel's
+// answer is available from Params. On a SetupSingleIssuer ring the calling
+// OS thread becomes the only one allowed to submit.
+//
+// New fails with an error wrapping ENOSYS when the kernel lacks io_uring,
+// EPERM when it is disabled (sysctl kernel.io_uring_disabled) and EINVAL for
+// flags the kernel does not know.
+func New(entries uint32, p *Params) (*Ring, error) {
+	var params Params
+	if p != nil {
+		params = *p
+	}
+	fd, err := setup(entries, &params)
+	if err != nil {
+		return nil, errorf("io_uring_setup", err)
+	}
+	r := &Ring{fd: fd, params: params}
+	if err := r.mmap(); err != nil {
+		r.unmap()
+		unix.Close(fd)
+		return nil, err
+	}
+	return r, nil
+}
+
+// mmap maps the rings and the SQE array and resolves the shared pointers.
+func (r *Ring) mmap() error {
+	p := &r.params
+	sqSize := int(p.SQOff.Array) + int(p.SQEntries)*4
+	cqSize := int(p.CQOff.CQEs) + int(p.CQEntries)*CQESize
+	single := p.Features&FeatSingleMmap != 0
+	if single && cqSize > sqSize {
+		sqSize = cqSize
+	}
+	var err error
+	r.sqMem, err = unix.Mmap(r.fd, int64(offSQRing), sqSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return errorf("mmap SQ ring", err)
+	}
+	if single {
+		r.cqMem = r.sqMem
+	} else {
+		r.cqMem, err = unix.Mmap(r.fd, int64(offCQRing), cqSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+		if err != nil {
+			return errorf("mmap CQ ring", err)
+		}
+	}
+	r.sqeMem, err = unix.Mmap(r.fd, int64(offSQEs), int(p.SQEntries)*SQESize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return errorf("mmap SQEs", err)
+	}
+
+	r.sqHead = u32At(r.sqMem, p.SQOff.Head)
+	r.sqTail = u32At(r.sqMem, p.SQOff.Tail)
+	r.sqFlags = u32At(r.sqMem, p.SQOff.Flags)
+	r.sqDropped = u32At(r.sqMem, p.SQOff.Dropped)
+	r.sqMask = *u32At(r.sqMem, p.SQOff.RingMask)
+	r.sqEntries = *u32At(r.sqMem, p.SQOff.RingEntries)
+	r.sqes = unsafe.Slice((*SQE)(unsafe.Pointer(&r.sqeMem[0])), r.sqEntries)
+	// The SQ array maps ring positions to SQE indices. Make it the
+	// identity once, so publishing an SQE is just a tail store.
+	array := unsafe.Slice(u32At(r.sqMem, p.SQOff.Array), r.sqEntries)
+	for i := range array {
+		array[i] = uint32(i)
+	}
+	r.sqeTail = atomic.LoadUint32(r.sqTail)
+
+	r.cqHead = u32At(r.cqMem, p.CQOff.Head)
+	r.cqTail = u32At(r.cqMem, p.CQOff.Tail)
+	r.cqOverflow = u32At(r.cqMem, p.CQOff.Overflow)
+	r.cqMask = *u32At(r.cqMem, p.CQOff.RingMask)
+	r.cqEntries = *u32At(r.cqMem, p.CQOff.RingEntries)
+	r.cqes = unsafe.Slice((*CQE)(unsafe.Pointer(&r.cqMem[p.CQOff.CQEs])), r.cqEntries)
+	return nil
+}
+
+func u32At(mem []byte, off uint32) *uint32 {
+	return (*uint32)(unsafe.Pointer(&mem[off]))
+}
+
+func (r *Ring) unmap() {
+	if r.sqeMem != nil {
+		unix.Munmap(r.sqeMem)
+	}
+	if r.cqMem != nil && len(r.cqMem) > 0 && &r.cqMem[0] != &r.sqMem[0] {
+		unix.Munmap(r.cqMem)
+	}
+	if r.sqMem != nil {
+		unix.Munmap(r.sqMem)
+	}
+	r.sqMem, r.cqMem, r.sqeMem, r.sqes, r.cqes = nil, nil, nil, nil, nil
+}
+
+// Close unmaps the ring and closes its file descriptor. The kernel cancels
+// requests still in flight; their buffers may still be written until the
+// kernel has torn the ring down, so callers should reap every request before
+// Close. A second Close returns ErrClosed.
+func (r *Ring) Close() error {
+	if r.closed {
+		return ErrClosed
+	}
+	r.closed = true
+	r.unmap()
+	if err := unix.Close(r.fd); err != nil {
+		return errorf("close", err)
+	}
+	return nil
+}
+
+// Fd returns the ring's file descriptor.
+func (r *Ring) Fd() int { return r.fd }
+
+// Params returns the parameters the kernel reported at setup: actual entry
+// counts, Features and the ring offsets.
+func (r *Ring) Params() Params { return r.params }
+
+// SQEntries returns the number of SQ entries.
+func (r *Ring) SQEntries() uint32 { return r.sqEntries }
+
+// CQEntries returns the number of CQ entries. A caller that never has more
+// than CQEntries requests in flight can never overflow the CQ.
+func (r *Ring) CQEntries() uint32 { return r.cqEntries }
+
+// SQFlags returns the kernel's SQ ring flags (SQCQOverflow, SQTaskrun, ...).
+func (r *Ring) SQFlags() uint32 { return atomic.LoadUint32(r.sqFlags) }
+
+// CQOverflow returns the kernel's count of CQEs that did not fit in the CQ.
+func (r *Ring) CQOverflow() uint32 { return atomic.LoadUint32(r.cqOverflow) }
+
+// GetSQE returns the next free, zeroed SQE, or nil if the SQ is full (every
+// entry is filled and not yet consumed by the kernel: Submit, then retry).
+// The SQE is published to the kernel by the next Submit or SubmitAndWait.
+func (r *Ring) GetSQE() *SQE {
+	head := atomic.LoadUint32(r.sqHead)
+	if r.sqeTail-head >= r.sqEntries {
+		return nil
+	}
+	sqe := &r.sqes[r.sqeTail&r.sqMask]
+	r.sqeTail++
+	*sqe = SQE{}
+	return sqe
+}
+
+// SQSpace returns how many more SQEs GetSQE can return before a Submit.
+func (r *Ring) SQSpace() uint32 {
+	return r.sqEntries - (r.sqeTail - atomic.LoadUint32(r.sqHead))
+}
+
+// SQPending returns the number of SQEs handed out by GetSQE and not yet
+// consumed by the kernel.
+func (r *Ring) SQPending() uint32 {
+	return r.sqeTail - atomic.LoadUint32(r.sqHead)
+}
+
+// flushSQ publishes every SQE handed out by GetSQE and returns how many SQEs
+// the kernel has not consumed yet.
+func (r *Ring) flushSQ() uint32 {
+	if atomic.LoadUint32(r.sqTail) != r.sqeTail {
+		atomic.StoreUint32(r.sqTail, r.sqeTail)
+	}
+	return r.sqeTail - atomic.LoadUint32(r.sqHead)
+}
+
+// Submit publishes the filled SQEs and hands them to the kernel with one
+// io_uring_enter, without waiting for completions. It returns the number of
+// SQEs the kernel consumed; with nothing to submit it makes no system call.
+// On a SetupDeferTaskrun ring completions are only posted inside
+// SubmitAndWait or WaitCQE.
+func (r *Ring) Submit() (int, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	n := r.flushSQ()
+	if n == 0 {
+		return 0, nil
+	}
+	return r.enter(n, 0, 0)
+}
+
+// SubmitAndWait publishes the filled SQEs, hands them to the kernel and waits
+// until at least waitNr CQEs are ready, all in one io_uring_enter with
+// EnterGetEvents (which also runs deferred completion work, so
+// SubmitAndWait(0) is how a SetupDeferTaskrun ring collects completions
+// without blocking). It returns the number of SQEs the kernel consumed.
+// Interrupted waits (EINTR, common in Go programs, whose runtime signals
+// threads to preempt them) are retried.
+func (r *Ring) SubmitAndWait(waitNr uint32) (int, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	return r.enter(r.flushSQ(), waitNr, EnterGetEvents)
+}
+
+// enter calls io_uring_enter, retrying on EINTR. io_uring_enter reports an
+// interrupted wait as EINTR only when it submitted nothing in that call, so
+// the retry recomputes what is left to submit from the kernel's SQ head.
+func (r *Ring) enter(toSubmit, minComplete, flags uint32) (int, error) {
+	submitted := 0
+	for {
+		n, err := enter(r.fd, toSubmit, minComplete, flags)
+		if err == nil {
+			return submitted + n, nil
+		}
+		if !errors.Is(err, unix.EINTR) {
+			return submitted, errorf("io_uring_enter", err)
+		}
+		left := r.sqeTail - atomic.LoadUint32(r.sqHead)
+		submitted += int(toSubmit - left)
+		toSubmit = left
+	}
+}
+
+// CQReady returns the number of CQEs ready to be reaped.
+func (r *Ring) CQReady() uint32 {
+	return atomic.LoadUint32(r.cqTail) - *r.cqHead
+}
+
+// PeekCQE returns the oldest unreaped CQE, or nil if there is none, without
+// entering the kernel. The CQE stays valid until CQAdvance.
+func (r *Ring) PeekCQE() *CQE {
+	head := *r.cqHead // only we write it
+	if head == atomic.LoadUint32(r.cqTail) {
+		return nil
+	}
+	return &r.cqes[head&r.cqMask]
+}
+
+// CQAdvance returns n reaped CQEs to the kernel.
+func (r *Ring) CQAdvance(n uint32) {
+	atomic.StoreUint32(r.cqHead, *r.cqHead+n)
+}
+
+// PeekBatch copies up to len(dst) ready CQEs into dst, returns them to the
+// kernel and returns how many it copied. It does not enter the kernel.
+func (r *Ring) PeekBatch(dst []CQE) int {
+	head := *r.cqHead
+	ready := atomic.LoadUint32(r.cqTail) - head
+	n := uint32(len(dst))
+	if ready < n {
+		n = ready
+	}
+	for i := uint32(0); i < n; i++ {
+		dst[i] = r.cqes[(head+i)&r.cqMask]
+	}
+	if n > 0 {
+		atomic.StoreUint32(r.cqHead, head+n)
+	}
+	return int(n)
+}
+
+// WaitCQE submits what is pending and waits until a CQE is ready, then
+// returns it as PeekCQE does.
+func (r *Ring) WaitCQE() (*CQE, error) {
+	for {
+		if cqe := r.PeekCQE(); cqe != nil {
+			return cqe, nil
+		}
+		if _, err := r.SubmitAndWait(1); err != nil {
+			return nil, err
+		}
+	}
+}
