@@ -178,15 +178,16 @@ func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, s
 	pglen := in.pageLen(p.Index, size)
 	if !p.Uptodate() && p.WritePending() {
 		// A pending partial write that this one cannot extend into one
-		// contiguous valid range is written back first (the NFS client
-		// flushes an incompatible request); the new bytes then become
-		// the page's pending write.
+		// contiguous valid range: read the rest of the page in (keeping
+		// the pending bytes), so the page becomes uptodate. (The NFS
+		// client flushes such an incompatible request instead; a read
+		// keeps writeback out of the buffered write path.)
 		vf, vt := p.Valid()
 		if to < vf || from > vt {
 			if nowait {
 				return syscall.EAGAIN
 			}
-			if err := in.writebackPages(p.Index, p.Index, true, p); err != nil {
+			if err := in.readPageLocked(p, size); err != nil {
 				return err
 			}
 		}

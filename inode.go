@@ -63,6 +63,9 @@ type inode struct {
 	// hole and reserved space for; writeback allocates them from the
 	// reservation, so it never fails with ENOSPC. Protected by mu.
 	delalloc map[uint64]struct{}
+	// wbBusy holds the file blocks under writeback, each with a channel
+	// closed when it ends (see beginBlockWriteback). Protected by mu.
+	wbBusy map[uint64]chan struct{}
 
 	// Protected by fs.icache.mu.
 	refs  int  // holders: open files and operations in progress

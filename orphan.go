@@ -22,6 +22,7 @@ func (fs *FS) freeInode(in *inode) {
 	}
 	fs.icache.mu.Unlock()
 	in.dropPages(0, ^uint64(0))
+	in.waitBlocksIdle(0, ^uint64(0))
 	in.releaseDelalloc(0)
 	in.pages.Drop()
 	if fs.writable() != nil {

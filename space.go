@@ -85,6 +85,7 @@ func (in *inode) truncate(size int64) error {
 		}
 		ps := int64(fs.cache.PageSize())
 		in.dropPages(uint64(roundUp(size, ps)/ps), ^uint64(0))
+		in.waitBlocksIdle(uint64(roundUp(size, bs)/bs), ^uint64(0))
 		in.releaseDelalloc(uint64(roundUp(size, bs) / bs))
 	case size > old:
 		if err := in.zeroEOFTail(old); err != nil {

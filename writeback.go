@@ -22,22 +22,16 @@ import (
 // with wait, waits for them (and for writebacks already in flight there).
 func (in *inode) writeback(off, end int64, wait bool) error {
 	first, last := in.pageRange(off, end)
-	return in.writebackPages(first, last, wait, nil)
+	return in.writebackPages(first, last, wait)
 }
 
-// writebackPages writes back dirty pages first..last. held, if not nil, is
-// a page the caller has locked: only that page is written (the caller's
-// other pages are left alone, so no second page lock is taken while one is
-// held).
-func (in *inode) writebackPages(first, last uint64, wait bool, held *pagecache.Page) error {
+// writebackPages writes back dirty pages first..last, block by block. With
+// wait it returns once every writeback of those blocks, including ones
+// started earlier by others (the flusher), has ended.
+func (in *inode) writebackPages(first, last uint64, wait bool) error {
 	fs := in.fs
 	ppb := uint64(fs.blockSize) / uint64(fs.cache.PageSize())
-	var idxs []uint64
-	if held != nil {
-		idxs = []uint64{held.Index}
-	} else {
-		idxs = in.pages.DirtyIndexes(first, last)
-	}
+	idxs := in.pages.DirtyIndexes(first, last)
 	var wg sync.WaitGroup
 	var errMu sync.Mutex
 	var firstErr error
@@ -55,7 +49,7 @@ func (in *inode) writebackPages(first, last uint64, wait bool, held *pagecache.P
 			j++
 		}
 		wg.Add(1)
-		if err := in.writebackBlock(blk, held, func(err error) {
+		if err := in.writebackBlock(blk, func(err error) {
 			if err != nil {
 				fail(err)
 			}
@@ -69,15 +63,74 @@ func (in *inode) writebackPages(first, last uint64, wait bool, held *pagecache.P
 		return firstErr
 	}
 	wg.Wait()
-	if held == nil && last >= first {
-		// Writebacks started by others (the flusher) count too.
-		ps := in.pages.Range(first, last)
-		for _, p := range ps {
-			p.WaitWriteback()
-		}
-		in.pages.ReleaseAll(ps)
+	if last >= first {
+		in.waitBlocksIdle(first/ppb, last/ppb)
 	}
 	return firstErr
+}
+
+// Block writebacks are serialised: one writeback of a block at a time
+// (in.wbBusy). A writeback copies the whole block and may write all of it,
+// and the device does not order overlapping writes in flight, so two
+// writebacks of one block could land in either order and the older win.
+// Waiting on a block's writeback never needs a page lock (completion takes
+// none), and a writeback takes its page locks only after it owns the
+// block, so the two cannot deadlock.
+
+// beginBlockWriteback waits until no writeback of blk is in flight and
+// claims it.
+func (in *inode) beginBlockWriteback(blk uint64) {
+	in.mu.Lock()
+	for {
+		ch, busy := in.wbBusy[blk]
+		if !busy {
+			break
+		}
+		in.mu.Unlock()
+		<-ch
+		in.mu.Lock()
+	}
+	if in.wbBusy == nil {
+		in.wbBusy = map[uint64]chan struct{}{}
+	}
+	in.wbBusy[blk] = make(chan struct{})
+	in.mu.Unlock()
+}
+
+// endBlockWriteback releases blk's writeback and wakes its waiters.
+func (in *inode) endBlockWriteback(blk uint64) {
+	in.mu.Lock()
+	ch := in.wbBusy[blk]
+	delete(in.wbBusy, blk)
+	in.mu.Unlock()
+	close(ch)
+}
+
+// writebackBusy reports whether any block writeback is in flight.
+func (in *inode) writebackBusy() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.wbBusy) > 0
+}
+
+// waitBlocksIdle waits until no writeback of a block in [first, last] is in
+// flight (before blocks are freed, zeroed or written directly).
+func (in *inode) waitBlocksIdle(first, last uint64) {
+	for {
+		in.mu.Lock()
+		var ch chan struct{}
+		for blk, c := range in.wbBusy {
+			if blk >= first && blk <= last {
+				ch = c
+				break
+			}
+		}
+		in.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		<-ch
+	}
 }
 
 // span is a byte range within a block.
@@ -86,24 +139,19 @@ type span struct{ lo, hi int64 }
 // writebackBlock writes back the dirty pages of file block blk and calls
 // done exactly once when the writes end. An error returned was also given
 // to done.
-func (in *inode) writebackBlock(blk uint64, held *pagecache.Page, done func(error)) error {
+func (in *inode) writebackBlock(blk uint64, done func(error)) error {
 	fs := in.fs
 	ps := int64(fs.cache.PageSize())
 	bs := fs.blockSize
 	ppb := uint64(bs / ps)
-	var pages []*pagecache.Page
-	if held != nil {
-		pages = in.pages.Range(held.Index, held.Index)
-	} else {
-		pages = in.pages.Range(blk*ppb, blk*ppb+ppb-1)
-	}
+	in.beginBlockWriteback(blk)
+	fs.writebacks.begin()
+	pages := in.pages.Range(blk*ppb, blk*ppb+ppb-1)
 	bounce := device.AlignedBuf(int(bs))
 	var covered, dirty []span
 	var wb []*pagecache.Page
 	for _, p := range pages {
-		if p != held {
-			p.Lock()
-		}
+		p.Lock()
 		if !p.Removed() {
 			off := int64(p.Index-blk*ppb) * ps
 			var s span
@@ -122,20 +170,14 @@ func (in *inode) writebackBlock(blk uint64, held *pagecache.Page, done func(erro
 				dirty = append(dirty, s)
 			}
 		}
-		if p != held {
-			p.Unlock()
-		}
-	}
-	if len(wb) > 0 {
-		fs.writebacks.begin()
+		p.Unlock()
 	}
 	release := func(err error) {
 		for _, p := range wb {
 			p.EndWriteback(err)
 		}
-		if len(wb) > 0 {
-			fs.writebacks.end()
-		}
+		in.endBlockWriteback(blk)
+		fs.writebacks.end()
 		if err != nil {
 			fs.counters.WritebackErrors.Add(1)
 		} else {
@@ -283,7 +325,7 @@ func (in *inode) writebackRange(off, end int64, nowait bool) error {
 		in.fs.counters.NoWaitEAGAIN.Add(1)
 		return syscall.EAGAIN
 	}
-	if err := in.writebackPages(first, last, true, nil); err != nil {
+	if err := in.writebackPages(first, last, true); err != nil {
 		return err
 	}
 	return nil
@@ -293,11 +335,11 @@ func (in *inode) writebackRange(off, end int64, nowait bool) error {
 // bytes of [off, end) (kiocb_invalidate_pages): each page is locked and its
 // writeback waited for before it is removed, so waiters look it up again.
 func (in *inode) invalidateRange(off, end int64) error {
-	if in.pages.Len() == 0 {
+	if in.pages.Len() == 0 && !in.writebackBusy() {
 		return nil
 	}
 	first, last := in.pageRange(off, end)
-	if err := in.writebackPages(first, last, true, nil); err != nil {
+	if err := in.writebackPages(first, last, true); err != nil {
 		return err
 	}
 	in.dropPages(first, last)
@@ -323,7 +365,7 @@ func (in *inode) fsync() error {
 	if err := in.fs.writable(); err != nil {
 		return err
 	}
-	werr := in.writebackPages(0, ^uint64(0), true, nil)
+	werr := in.writebackPages(0, ^uint64(0), true)
 	if err := in.pages.TakeError(); err != nil {
 		return err
 	}
@@ -338,7 +380,7 @@ func (fs *FS) writebackAll() error {
 	var firstErr error
 	for _, m := range fs.cache.DirtyMappings() {
 		in := m.Owner.(*inode)
-		if err := in.writebackPages(0, ^uint64(0), true, nil); err != nil && firstErr == nil {
+		if err := in.writebackPages(0, ^uint64(0), true); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -372,7 +414,7 @@ func (fs *FS) flusher() {
 				continue
 			}
 			in := m.Owner.(*inode)
-			_ = in.writebackPages(0, ^uint64(0), false, nil)
+			_ = in.writebackPages(0, ^uint64(0), false)
 			if pressure && !fs.cache.OverDirtyLimit() {
 				break
 			}

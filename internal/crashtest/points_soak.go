@@ -1,0 +1,7 @@
+//go:build soak
+
+package crashtest
+
+// DefaultPoints is the number of crash points a campaign checks by
+// default; the soak build (-tags soak) runs the long campaign.
+const DefaultPoints = 12000
