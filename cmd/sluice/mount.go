@@ -1,0 +1,327 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/fusefs"
+	"github.com/sluicefs/sluice/volume"
+)
+
+func init() {
+	register(&command{
+		name:    "mount",
+		usage:   "VOLUME DIR [--policy concurrent|classic] [--cache-size SIZE] [--metrics ADDR] [-o OPTS] [--debug]",
+		summary: "serve a volume through FUSE in the foreground (creates it on first use)",
+		run:     runMount,
+	})
+}
+
+// DefaultVolumeSize is the size of the sparse data image that `sluice
+// mount` creates when VOLUME does not exist: 16 GiB, of which only what is
+// written takes host disk space. Use `sluice mkfs VOLUME --size SIZE` (or
+// mount --size) for another size.
+const DefaultVolumeSize = 16 << 30
+
+// DefaultGrace is how long a SIGINT or SIGTERM waits for files open on the
+// mount to be closed before it aborts the FUSE connection.
+const DefaultGrace = 10 * time.Second
+
+// optList collects -o options (repeatable, comma-separated).
+type optList []string
+
+func (o *optList) String() string { return strings.Join(*o, ",") }
+
+func (o *optList) Set(s string) error {
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*o = append(*o, p)
+		}
+	}
+	return nil
+}
+
+// runMount serves VOLUME on DIR until it is unmounted or signalled.
+//
+// On the first SIGINT or SIGTERM it makes everything durable (SyncAll),
+// unmounts (waiting up to --grace for files open on the mount to be
+// closed, then aborting the FUSE connection), closes the engine (which
+// writes back and syncs again) and exits 0. A second signal stops the
+// waiting and aborts at once (exit 1); a third exits immediately.
+func runMount(args []string, stdout io.Writer) error {
+	fl := newFlags("mount")
+	policyFlag := fl.String("policy", "concurrent", "I/O policy: concurrent, classic, or a list of Policy fields")
+	cacheSize := fl.String("cache-size", "256M", "memory for sluice's page cache")
+	metricsAddr := fl.String("metrics", "", "serve Prometheus metrics (and /debug/pprof) on this address, e.g. localhost:9100")
+	var opts optList
+	fl.Var(&opts, "o", "mount options, comma-separated: allow_other, ro, noatime, noexec, ... (repeatable)")
+	debug := fl.Bool("debug", false, "log every FUSE request and reply")
+	sizeFlag := fl.String("size", fmt.Sprintf("%dG", DefaultVolumeSize>>30), "size of the sparse image when VOLUME is created")
+	cacheMode := fl.String("cache", "kernel", "who caches buffered data: kernel (page cache, default) or sluice (FOPEN_DIRECT_IO everywhere)")
+	writeback := fl.Bool("writeback-cache", false, "with --cache kernel: let the kernel cache writes (CAP_WRITEBACK_CACHE)")
+	strictDIO := fl.Bool("strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
+	maxBg := fl.Int("max-background", fusefs.DefaultMaxBackground, "kernel limit on background FUSE requests (readahead, async direct I/O)")
+	grace := fl.Duration("grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait for open files before aborting the mount")
+	pos, err := parseInterspersed(fl, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return &usageError{"expected VOLUME and DIR"}
+	}
+	volDir, mnt := pos[0], pos[1]
+	pol, err := sluice.ParsePolicy(*policyFlag)
+	if err != nil {
+		return &usageError{"--policy: " + err.Error()}
+	}
+	cacheBytes, err := volume.ParseSize(*cacheSize)
+	if err != nil {
+		return &usageError{"--cache-size: " + err.Error()}
+	}
+	mode, err := fusefs.ParseCacheMode(*cacheMode)
+	if err != nil {
+		return &usageError{"--cache: " + err.Error()}
+	}
+	readOnly := false
+	for _, o := range opts {
+		if o == "ro" {
+			readOnly = true
+		}
+	}
+	if absVol, err := filepath.Abs(volDir); err == nil {
+		volDir = absVol
+	}
+	if abs, err := filepath.Abs(mnt); err == nil {
+		mnt = abs
+	}
+	logger := log.New(os.Stderr, "sluice: ", log.LstdFlags)
+
+	// Refuse a bad mount point before creating or opening anything.
+	if err := fusefs.CheckMountpoint(mnt); err != nil {
+		return err
+	}
+	if err := createIfMissing(volDir, *sizeFlag, readOnly, stdout); err != nil {
+		return err
+	}
+	eopts := &sluice.Options{Policy: &pol, CacheSizeBytes: cacheBytes, ReadOnly: readOnly}
+	eng, err := sluice.Open(volDir, eopts)
+	if err != nil {
+		return volumeOpenError(volDir, err)
+	}
+	fopts := &fusefs.Options{
+		Cache:          mode,
+		WritebackCache: *writeback,
+		StrictDirectIO: *strictDIO,
+		MaxBackground:  *maxBg,
+		ReadOnly:       readOnly,
+		MountOptions:   opts,
+		FsName:         volDir,
+		Debug:          *debug,
+		Logger:         logger,
+	}
+	var metricsSrv *http.Server
+	if *metricsAddr != "" {
+		fopts.Metrics = fusefs.NewMetrics()
+		metricsSrv, err = serveMetrics(*metricsAddr, fopts.Metrics, logger)
+		if err != nil {
+			eng.Close()
+			return err
+		}
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics, profiles on http://%s/debug/pprof/\n", *metricsAddr, *metricsAddr)
+	}
+	srv, err := fusefs.Mount(eng, mnt, fopts)
+	if err != nil {
+		eng.Close()
+		return err
+	}
+	o := eng.Options()
+	fmt.Fprintf(stdout, "mounted %s on %s (policy %s, cache %s, page cache %d MiB); stop with Ctrl-C or: sluice umount %s\n",
+		volDir, mnt, o.Policy, mode, o.CacheSizeBytes>>20, mnt)
+
+	forced := waitAndUnmount(srv, eng, *grace, logger)
+	if metricsSrv != nil {
+		metricsSrv.Close()
+	}
+	if err := eng.Close(); err != nil {
+		return fmt.Errorf("closing volume %s: %w (run: sluice fsck %s)", volDir, err, volDir)
+	}
+	if forced {
+		return &exitError{code: 1, err: fmt.Errorf("forced unmount of %s; volume %s closed cleanly", mnt, volDir)}
+	}
+	fmt.Fprintf(stdout, "unmounted %s; volume %s closed cleanly\n", mnt, volDir)
+	return nil
+}
+
+// createIfMissing creates the volume directory dir with a sparse image of
+// sizeFlag bytes if it does not exist (or is an empty directory), and says
+// so.
+func createIfMissing(dir, sizeFlag string, readOnly bool, stdout io.Writer) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a volume directory", dir)
+	default:
+		ents, err := os.ReadDir(dir)
+		if err != nil || len(ents) > 0 {
+			return nil // an existing volume (or sluice.Open says what is wrong)
+		}
+	}
+	if readOnly {
+		return fmt.Errorf("volume %s does not exist (create it first with: sluice mkfs %s --size 16G)", dir, dir)
+	}
+	size, err := volume.ParseSize(sizeFlag)
+	if err != nil {
+		return &usageError{"--size: " + err.Error()}
+	}
+	if err := volume.Mkfs(dir, volume.MkfsOptions{Size: size}); err != nil {
+		return fmt.Errorf("creating volume %s: %w", dir, err)
+	}
+	fmt.Fprintf(stdout, "created volume %s: a %s sparse image (only what is written takes disk space); choose the size with --size or sluice mkfs\n",
+		dir, humanBytes(size))
+	return nil
+}
+
+func humanBytes(n int64) string {
+	for _, u := range []struct {
+		shift uint
+		name  string
+	}{{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d %s", n>>u.shift, u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// serveMetrics listens on addr and serves /metrics and /debug/pprof/.
+func serveMetrics(addr string, m *fusefs.Metrics, logger *log.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Printf("metrics server: %v", err)
+		}
+	}()
+	return srv, nil
+}
+
+// waitAndUnmount serves until the mount ends from outside or a signal
+// asks for it to end, and reports whether the end was forced by a second
+// signal.
+func waitAndUnmount(srv *fusefs.Server, eng *sluice.FS, grace time.Duration, logger *log.Logger) bool {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var sig os.Signal
+	select {
+	case <-srv.Done():
+		return false
+	case sig = <-sigs:
+	}
+	logger.Printf("%v: writing back and syncing, then unmounting %s (another signal forces)", sig, srv.Dir())
+	// Make everything written so far durable while the mount still serves:
+	// if what follows has to be cut short, nothing acknowledged is lost.
+	synced := make(chan error, 1)
+	go func() {
+		if eng.Options().ReadOnly {
+			synced <- nil
+			return
+		}
+		if srv.FS().Options().WritebackCache {
+			syncfs(srv.Dir())
+		}
+		synced <- eng.SyncAll()
+	}()
+	select {
+	case err := <-synced:
+		if err != nil {
+			logger.Printf("sync before unmount: %v", err)
+		}
+	case <-sigs:
+		return forceUnmount(srv, sigs, logger)
+	}
+	deadline := time.After(grace)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	warned := false
+	for {
+		err := srv.Unmount()
+		if err == nil {
+			return false
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			logger.Printf("%v", err)
+		} else if !warned {
+			logger.Printf("%d files are open on %s; waiting up to %v for them to be closed", srv.FS().OpenHandles(), srv.Dir(), grace)
+			warned = true
+		}
+		select {
+		case <-srv.Done():
+			return false
+		case <-tick.C:
+		case <-deadline:
+			logger.Printf("files still open on %s after %v: aborting the FUSE connection (their users get ENOTCONN)", srv.Dir(), grace)
+			if err := srv.UnmountWith(fusefs.UnmountOptions{Force: true}); err != nil {
+				logger.Printf("%v", err)
+			}
+			<-srv.Done()
+			return false
+		case <-sigs:
+			return forceUnmount(srv, sigs, logger)
+		}
+	}
+}
+
+// forceUnmount aborts the FUSE connection and detaches the mount; a
+// further signal exits at once.
+func forceUnmount(srv *fusefs.Server, sigs <-chan os.Signal, logger *log.Logger) bool {
+	logger.Printf("forcing: aborting the FUSE connection of %s", srv.Dir())
+	go func() {
+		<-sigs
+		logger.Printf("exiting without closing the volume; the next mount recovers it")
+		os.Exit(2)
+	}()
+	if err := srv.UnmountWith(fusefs.UnmountOptions{Force: true}); err != nil {
+		logger.Printf("%v", err)
+	}
+	<-srv.Done()
+	return true
+}
+
+// syncfs asks the kernel to write back its dirty pages of the mount (with
+// the writeback cache they are only in the kernel) while it is served.
+func syncfs(dir string) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	_ = unix.Syncfs(fd)
+}

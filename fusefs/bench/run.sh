@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# fusefs/bench/run.sh: fio on a sluice mount against kernel XFS on a loop
+# device and the go-fuse loopback file system, in one run, on the same disk.
+#
+#   sudo fusefs/bench/run.sh                      # everything, ~15 minutes
+#   RUNTIME=5 ROUNDS=1 CASES="rr4k-1 rw4k-1" TARGETS="xfs sluice" fusefs/bench/run.sh
+#
+# Targets (TARGETS, space-separated):
+#   xfs             XFS (mkfs.xfs defaults) on a loop device with direct I/O
+#                   (losetup --direct-io=on) over a preallocated image in $WORK
+#   sluice          sluice mount of a fresh volume in $WORK ($SLUICE_ARGS
+#                   are added to `sluice mount`, e.g. "--cache sluice")
+#   sluice2 sluice3 more sluice mounts with $SLUICE2_ARGS and $SLUICE3_ARGS
+#                   (to compare options in the same run)
+#   loopback-plain  go-fuse's loopback over a directory in $WORK, every open
+#                   FOPEN_DIRECT_IO, passthrough off, go-fuse's defaults
+#   loopback-tuned  the same with sluice's INIT options (1 MiB MaxWrite,
+#                   MaxBackground 128, ASYNC_DIO, HANDLE_KILLPRIV_V2) and
+#                   FOPEN_PARALLEL_DIRECT_WRITES on O_DIRECT opens
+# Cases (CASES), each on one fully written $SIZE file per target:
+#   rr4k-1 rr4k-4   4 KiB O_DIRECT randread, io_uring, iodepth 32, 1 / 4 jobs
+#   rw4k-1 rw4k-4   4 KiB O_DIRECT randwrite, io_uring, iodepth 32, 1 / 4 jobs
+#   rw512-1         512 B O_DIRECT randrw 50/50, libaio, iodepth 32, 1 job
+#   brr4k-cold      4 KiB buffered randread, io_uring, iodepth 32, 1 job,
+#                   after dropping the page caches
+#   bsr1m bsw1m     1 MiB buffered sequential read (cold) / write (+fsync)
+#   brr4k-hot       4 KiB buffered randread, psync, after reading the file
+#   brw4k           4 KiB buffered randwrite, psync, fsync at the end
+# Every target stays mounted for the whole run and the cases run round by
+# round (ROUNDS, default 3), target after target, so that changes in the
+# machine's load (it may be shared) hit every target alike; the report is
+# the median over the rounds. Output: one line per run (IOPS, MiB/s, the
+# daemon's CPU time per I/O), then the medians and the ratios, in $OUT
+# (default $WORK/results.txt); PROFILE=CASE saves a CPU profile of the
+# sluice daemon during that case beside it. Everything it mounts and
+# creates is removed at the end.
+set -euo pipefail
+
+RUNTIME=${RUNTIME:-15}
+RAMP=${RAMP:-2}
+ROUNDS=${ROUNDS:-3}
+SIZE=${SIZE:-2G}
+WORK=${WORK:-/var/tmp/sluice-fusefs-bench}
+TARGETS=${TARGETS:-"xfs sluice loopback-plain loopback-tuned"}
+CASES=${CASES:-"rr4k-1 rr4k-4 rw4k-1 rw4k-4 rw512-1 brr4k-cold"}
+SLUICE_ARGS=${SLUICE_ARGS:-}
+SLUICE2_ARGS=${SLUICE2_ARGS:-}
+SLUICE3_ARGS=${SLUICE3_ARGS:-}
+PROFILE=${PROFILE:-}
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$WORK/results.txt}
+
+[ "$(id -u)" = 0 ] || { echo "run as root (mount, losetup, drop_caches)" >&2; exit 1; }
+command -v fio >/dev/null || { echo "fio is not installed" >&2; exit 1; }
+
+mkdir -p "$WORK"
+BIN=$WORK/bin
+mkdir -p "$BIN"
+(cd "$REPO" && go build -o "$BIN/sluice" ./cmd/sluice && go build -o "$BIN/loopback" ./fusefs/bench/loopback)
+
+declare -A MNT DAEMON
+LOOPDEV=
+cleanup() {
+	set +e
+	for t in "${!MNT[@]}"; do
+		if mountpoint -q "${MNT[$t]}"; then
+			umount "${MNT[$t]}" 2>/dev/null || umount -l "${MNT[$t]}"
+		fi
+	done
+	for t in "${!DAEMON[@]}"; do
+		kill "${DAEMON[$t]}" 2>/dev/null
+		wait "${DAEMON[$t]}" 2>/dev/null
+	done
+	[ -n "$LOOPDEV" ] && losetup -d "$LOOPDEV"
+	LOOPDEV=
+	MNT=()
+	DAEMON=()
+	rm -rf "$WORK/xfs.img" "$WORK/vol-"* "$WORK/orig-"*
+}
+trap 'cleanup; rm -rf "$BIN"' EXIT
+
+wait_line() { # file pattern
+	for _ in $(seq 300); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
+	echo "timed out waiting for '$2' in $1:" >&2
+	cat "$1" >&2
+	return 1
+}
+
+setup() {
+	local t=$1 m=$WORK/mnt-$1 port
+	mkdir -p "$m"
+	MNT[$t]=$m
+	case $t in
+	xfs)
+		fallocate -l 8G "$WORK/xfs.img"
+		LOOPDEV=$(losetup -f --show --direct-io=on "$WORK/xfs.img")
+		mkfs.xfs -f -q "$LOOPDEV"
+		mount "$LOOPDEV" "$m"
+		;;
+	sluice | sluice2 | sluice3)
+		local args=$SLUICE_ARGS
+		port=9188
+		if [ "$t" = sluice2 ]; then args=$SLUICE2_ARGS port=9189; fi
+		if [ "$t" = sluice3 ]; then args=$SLUICE3_ARGS port=9190; fi
+		# shellcheck disable=SC2086
+		"$BIN/sluice" mount "$WORK/vol-$t" "$m" --size 8G --metrics 127.0.0.1:$port $args >"$WORK/$t.out" 2>"$WORK/$t.err" &
+		DAEMON[$t]=$!
+		wait_line "$WORK/$t.out" '^mounted'
+		;;
+	loopback-plain | loopback-tuned)
+		mkdir -p "$WORK/orig-$t"
+		local flag=
+		[ "$t" = loopback-tuned ] && flag=-tuned
+		"$BIN/loopback" $flag "$m" "$WORK/orig-$t" >"$WORK/$t.out" 2>"$WORK/$t.err" &
+		DAEMON[$t]=$!
+		wait_line "$WORK/$t.out" '^mounted'
+		;;
+	*)
+		echo "unknown target $t" >&2
+		exit 1
+		;;
+	esac
+	# The file every case uses: written in full, so reads find data and
+	# writes overwrite allocated blocks.
+	fio --name=fill --filename="$m/bench.dat" --size="$SIZE" --rw=write --bs=1m --direct=1 \
+		--ioengine=libaio --iodepth=4 --end_fsync=1 --output=/dev/null
+}
+
+fio_case() { # case mountpoint -> fio arguments
+	local common="--filename=$2/bench.dat --size=$SIZE --time_based --runtime=$RUNTIME --ramp_time=$RAMP --group_reporting --norandommap --randrepeat=0"
+	case $1 in
+	rr4k-1) echo "$common --rw=randread --bs=4k --direct=1 --ioengine=io_uring --iodepth=32 --numjobs=1" ;;
+	rr4k-4) echo "$common --rw=randread --bs=4k --direct=1 --ioengine=io_uring --iodepth=32 --numjobs=4" ;;
+	rw4k-1) echo "$common --rw=randwrite --bs=4k --direct=1 --ioengine=io_uring --iodepth=32 --numjobs=1" ;;
+	rw4k-4) echo "$common --rw=randwrite --bs=4k --direct=1 --ioengine=io_uring --iodepth=32 --numjobs=4" ;;
+	rw512-1) echo "$common --rw=randrw --bs=512 --direct=1 --ioengine=libaio --iodepth=32 --numjobs=1" ;;
+	brr4k-cold) echo "$common --rw=randread --bs=4k --direct=0 --ioengine=io_uring --iodepth=32 --numjobs=1" ;;
+	bsr1m) echo "$common --rw=read --bs=1m --direct=0 --ioengine=psync --numjobs=1" ;;
+	bsw1m) echo "$common --rw=write --bs=1m --direct=0 --ioengine=psync --numjobs=1 --end_fsync=1" ;;
+	brr4k-hot) echo "$common --rw=randread --bs=4k --direct=0 --ioengine=psync --numjobs=1 --invalidate=0" ;;
+	brw4k) echo "$common --rw=randwrite --bs=4k --direct=0 --ioengine=psync --numjobs=1 --end_fsync=1" ;;
+	*)
+		echo "unknown case $1" >&2
+		exit 1
+		;;
+	esac
+}
+
+cpu_ticks() { # pid -> utime+stime in clock ticks
+	if [ -n "$1" ]; then awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; else echo 0; fi
+}
+
+drop_caches() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+}
+
+summarise_run() { # json target case ticks round
+	python3 - "$@" "$(getconf CLK_TCK)" "$RUNTIME" "$RAMP" <<'PY'
+import json, sys
+path, t, c, ticks, r, hz, runtime, ramp = sys.argv[1:]
+j = json.load(open(path))["jobs"][0]
+iops = j["read"]["iops"] + j["write"]["iops"]
+mibs = (j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 2**20
+ios = iops * (float(runtime) + float(ramp))
+cpu = int(ticks) / int(hz)
+us = cpu / ios * 1e6 if ios and int(ticks) else 0
+print(f"{t:16} {c:11} round={r} iops={iops:10.0f} MiB/s={mibs:8.1f} daemon_cpu_us_per_io={us:6.1f}")
+PY
+}
+
+: >"$OUT"
+echo "# $(date -u +%FT%TZ) $(uname -r) nproc=$(nproc) load=$(cut -d' ' -f1-3 /proc/loadavg) runtime=${RUNTIME}s rounds=$ROUNDS size=$SIZE sluice_args='$SLUICE_ARGS' sluice2_args='$SLUICE2_ARGS' sluice3_args='$SLUICE3_ARGS'" | tee -a "$OUT"
+for t in $TARGETS; do
+	setup "$t"
+done
+for r in $(seq "$ROUNDS"); do
+	for c in $CASES; do
+		for t in $TARGETS; do
+			m=${MNT[$t]}
+			pid=${DAEMON[$t]:-}
+			case $c in
+			brr4k-cold | bsr1m) drop_caches ;;
+			brr4k-hot) cat "$m/bench.dat" >/dev/null ;;
+			esac
+			args=$(fio_case "$c" "$m")
+			before=$(cpu_ticks "$pid")
+			prof=
+			if [ "$PROFILE" = "$c" ] && [ "$t" = sluice ] && [ "$r" = 1 ]; then
+				(sleep "$RAMP" && curl -s -o "$WORK/cpu-$c.pprof" "http://127.0.0.1:9188/debug/pprof/profile?seconds=$((RUNTIME - 1))") &
+				prof=$!
+			fi
+			# shellcheck disable=SC2086
+			fio --name="$c" $args --output-format=json --output="$WORK/$t-$c.json"
+			after=$(cpu_ticks "$pid")
+			if [ -n "$prof" ]; then
+				wait "$prof" && cp "$WORK/cpu-$c.pprof" "${OUT%.txt}-cpu-$c.pprof"
+			fi
+			summarise_run "$WORK/$t-$c.json" "$t" "$c" "$((after - before))" "$r" >>"$OUT"
+			tail -1 "$OUT"
+		done
+	done
+done
+cleanup
+
+python3 - "$OUT" <<'PY' | tee -a "$OUT"
+import sys, collections, statistics
+runs = collections.defaultdict(lambda: collections.defaultdict(list))
+cpu = collections.defaultdict(lambda: collections.defaultdict(list))
+targets = []
+for line in open(sys.argv[1]):
+    if line.startswith("#") or "iops=" not in line:
+        continue
+    f = line.split()
+    runs[f[1]][f[0]].append(float(line.split("iops=")[1].split()[0]))
+    cpu[f[1]][f[0]].append(float(line.split("daemon_cpu_us_per_io=")[1].split()[0]))
+    if f[0] not in targets:
+        targets.append(f[0])
+med = {c: {t: statistics.median(v) for t, v in ts.items()} for c, ts in runs.items()}
+print("# median IOPS over the rounds (median daemon CPU per I/O)")
+print(f"{'case':11} " + " ".join(f"{t:>24}" for t in targets))
+for c in med:
+    cells = []
+    for t in targets:
+        if t in med[c]:
+            cells.append(f"{med[c][t]:>11.0f} ({statistics.median(cpu[c][t]):5.1f} us)")
+        else:
+            cells.append(f"{'-':>24}")
+    print(f"{c:11} " + " ".join(cells))
+print("# ratios of median IOPS")
+for c in med:
+    s = med[c].get("sluice")
+    if not s:
+        continue
+    parts = [f"sluice/{t}={s / med[c][t]:5.2f}" for t in targets if t != "sluice" and med[c].get(t)]
+    print(f"{c:11} " + " ".join(parts))
+PY

@@ -1,0 +1,441 @@
+package fusefs
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/volume"
+)
+
+// Tests of the `sluice mount` daemon as a separate process: kill -9 and
+// recovery, SIGTERM under load, stale mounts.
+
+var (
+	sluiceBinOnce sync.Once
+	sluiceBin     string
+	sluiceBinErr  error
+	sluiceBinDir  string
+)
+
+// buildSluice builds cmd/sluice once per test binary run.
+func buildSluice(t *testing.T) string {
+	t.Helper()
+	sluiceBinOnce.Do(func() {
+		sluiceBinDir, sluiceBinErr = os.MkdirTemp("", "fusefs-sluice-bin")
+		if sluiceBinErr != nil {
+			return
+		}
+		sluiceBin = filepath.Join(sluiceBinDir, "sluice")
+		out, err := exec.Command("go", "build", "-o", sluiceBin, "github.com/sluicefs/sluice/cmd/sluice").CombinedOutput()
+		if err != nil {
+			sluiceBinErr = fmt.Errorf("go build ./cmd/sluice: %v\n%s", err, out)
+		}
+	})
+	if sluiceBinErr != nil {
+		t.Fatal(sluiceBinErr)
+	}
+	return sluiceBin
+}
+
+// daemon is a `sluice mount` process.
+type daemon struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdout *syncBuffer
+	stderr *syncBuffer
+	exited chan struct{}
+	err    error // exit status, valid after exited is closed
+}
+
+// startDaemon runs sluice mount VOL MNT args... and waits until the mount
+// is up.
+func startDaemon(t *testing.T, vol, mnt string, args ...string) *daemon {
+	t.Helper()
+	bin := buildSluice(t)
+	d := &daemon{t: t, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	d.cmd = exec.Command(bin, append([]string{"mount", vol, mnt, "--size", "1G"}, args...)...)
+	d.cmd.Stderr = d.stderr
+	pr, pw := io.Pipe()
+	d.cmd.Stdout = pw
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	mounted := make(chan struct{})
+	go func() {
+		s := bufio.NewScanner(pr)
+		once := sync.Once{}
+		for s.Scan() {
+			d.stdout.Write(append(s.Bytes(), '\n'))
+			if strings.HasPrefix(s.Text(), "mounted ") {
+				once.Do(func() { close(mounted) })
+			}
+		}
+	}()
+	go func() {
+		d.err = d.cmd.Wait()
+		pw.Close()
+		close(d.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-d.exited:
+		default:
+			d.cmd.Process.Kill()
+			<-d.exited
+		}
+		_ = Unmount(mnt, UnmountOptions{Force: true})
+	})
+	select {
+	case <-mounted:
+	case <-d.exited:
+		t.Fatalf("sluice mount exited: %v\nstdout:\n%s\nstderr:\n%s", d.err, d.stdout, d.stderr)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sluice mount did not mount in 30s\nstdout:\n%s\nstderr:\n%s", d.stdout, d.stderr)
+	}
+	return d
+}
+
+// wait waits for the daemon to exit and returns its exit code.
+func (d *daemon) wait(timeout time.Duration) int {
+	d.t.Helper()
+	select {
+	case <-d.exited:
+	case <-time.After(timeout):
+		d.t.Fatalf("sluice mount did not exit in %v\nstdout:\n%s\nstderr:\n%s", timeout, d.stdout, d.stderr)
+	}
+	var ee *exec.ExitError
+	if errors.As(d.err, &ee) {
+		return ee.ExitCode()
+	}
+	if d.err != nil {
+		d.t.Fatal(d.err)
+	}
+	return 0
+}
+
+// sluiceCmd runs the sluice binary and returns its exit code and output.
+func sluiceCmd(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	out, err := exec.Command(buildSluice(t), args...).CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+// checkVolume opens the unmounted volume vol read-only and fails the test
+// if the consistency check finds problems or orphans left.
+func checkVolume(t *testing.T, vol string) {
+	t.Helper()
+	v, err := volume.Open(vol, volume.OpenOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	r, err := sluice.CheckVolume(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.Clean() || len(r.Orphans) > 0 {
+		t.Fatalf("fsck: problems %v, orphans %v", r.Problems, r.Orphans)
+	}
+}
+
+// syncedWrite writes data to path (O_DIRECT when direct) and fsyncs it.
+func syncedWrite(t *testing.T, path string, data []byte, direct bool) {
+	t.Helper()
+	flags := syscall.O_CREAT | syscall.O_TRUNC | syscall.O_WRONLY
+	if direct {
+		flags |= syscall.O_DIRECT
+	}
+	fd, err := syscall.Open(path, flags, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if n, err := syscall.Pwrite(fd, data, 0); err != nil || n != len(data) {
+		t.Fatalf("write %s: %d %v", path, n, err)
+	}
+	if err := syscall.Fsync(fd); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKill9Recovery: files written and fsynced through the mount survive a
+// kill -9 of the daemon; the dead mount is reported as stale with the
+// command that clears it; that command clears it; the next mount frees the
+// orphan left by an unlinked open file; fsck is clean.
+func TestKill9Recovery(t *testing.T) {
+	requireFUSE(t)
+	tmp := t.TempDir()
+	vol, mnt := filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, vol, mnt)
+	if !strings.Contains(d.stdout.String(), "created volume") {
+		t.Errorf("the daemon did not say it created the volume:\n%s", d.stdout)
+	}
+	want := map[string][]byte{}
+	for i := 0; i < 8; i++ {
+		name := fmt.Sprintf("f%d", i)
+		data := alignedBuf((i + 1) * 12288)
+		copy(data, pattern(len(data), byte(i)))
+		syncedWrite(t, filepath.Join(mnt, name), data, i%2 == 0)
+		want[name] = data
+	}
+	if err := os.Mkdir(filepath.Join(mnt, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	syncedWrite(t, filepath.Join(mnt, "dir", "inner"), []byte("inner"), false)
+	want["dir/inner"] = []byte("inner")
+	// An unlinked file held open: an orphan at the crash.
+	orphan, err := os.Create(filepath.Join(mnt, "orphan"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := orphan.Write(make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := orphan.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(mnt, "orphan")); err != nil {
+		t.Fatal(err)
+	}
+	// Unsynced writes in flight at the crash.
+	if err := os.WriteFile(filepath.Join(mnt, "unsynced"), make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.wait(10 * time.Second)
+	orphan.Close()
+	if _, err := os.Stat(mnt); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("stat of the dead mount: %v, want ENOTCONN", err)
+	}
+	code, out := sluiceCmd(t, "mount", vol, mnt)
+	if code == 0 || !strings.Contains(out, "stale mount") || !strings.Contains(out, "sluice umount "+mnt) {
+		t.Fatalf("mount on a stale mount point: exit %d, output %q; want an explanation naming sluice umount", code, out)
+	}
+	if code, out := sluiceCmd(t, "umount", mnt); code != 0 || !strings.Contains(out, "stale") {
+		t.Fatalf("umount of the stale mount: exit %d: %s", code, out)
+	}
+
+	d2 := startDaemon(t, vol, mnt)
+	for name, data := range want {
+		got, err := os.ReadFile(filepath.Join(mnt, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Errorf("%s: fsynced data lost or changed after kill -9 (%d bytes, want %d)", name, len(got), len(data))
+		}
+	}
+	if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
+		t.Fatalf("umount: exit %d: %s", code, out)
+	}
+	if code := d2.wait(30 * time.Second); code != 0 {
+		t.Fatalf("daemon exit %d after umount\n%s", code, d2.stderr)
+	}
+	checkVolume(t, vol)
+}
+
+// TestSIGTERMUnderLoad: SIGTERM while writers write and fsync makes the
+// daemon sync, wait for the open files, unmount and exit 0; every fsynced
+// block is there at the next mount and fsck is clean. A second run keeps a
+// file open past the grace period: the daemon aborts the connection and
+// still exits 0 with the volume clean.
+func TestSIGTERMUnderLoad(t *testing.T) {
+	requireFUSE(t)
+	tmp := t.TempDir()
+	vol, mnt := filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, vol, mnt, "--grace", "20s")
+	const workers, block = 4, 4096
+	var stop atomic.Bool
+	synced := make([]atomic.Int64, workers) // blocks fsynced per worker
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			flags := syscall.O_CREAT | syscall.O_RDWR
+			if w%2 == 1 {
+				flags |= syscall.O_DIRECT
+			}
+			fd, err := syscall.Open(filepath.Join(mnt, fmt.Sprintf("w%d", w)), flags, 0o644)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer syscall.Close(fd)
+			buf := alignedBuf(block)
+			for i := int64(0); !stop.Load(); i++ {
+				copy(buf, pattern(block, byte(w*31+int(i))))
+				if _, err := syscall.Pwrite(fd, buf, i*block); err != nil {
+					errs <- fmt.Errorf("worker %d write %d: %w", w, i, err)
+					return
+				}
+				if err := syscall.Fsync(fd); err != nil {
+					errs <- fmt.Errorf("worker %d fsync %d: %w", w, i, err)
+					return
+				}
+				synced[w].Store(i + 1)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the workers go on while the daemon syncs and waits
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("workload failed before it was stopped: %v", err)
+	}
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM\nstdout:\n%s\nstderr:\n%s", code, d.stdout, d.stderr)
+	}
+	if !strings.Contains(d.stdout.String(), "closed cleanly") {
+		t.Errorf("no clean close reported:\n%s", d.stdout)
+	}
+	if _, ok := FindMount(mnt); ok {
+		t.Fatal("still mounted after SIGTERM")
+	}
+	checkVolume(t, vol)
+
+	// Remount: every fsynced block is there. Then a file held open past
+	// the grace period.
+	d2 := startDaemon(t, vol, mnt, "--grace", "300ms")
+	for w := 0; w < workers; w++ {
+		got, err := os.ReadFile(filepath.Join(mnt, fmt.Sprintf("w%d", w)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := synced[w].Load()
+		if n == 0 {
+			t.Errorf("worker %d fsynced nothing", w)
+		}
+		if int64(len(got)) < n*block {
+			t.Fatalf("worker %d: %d bytes after restart, %d fsynced", w, len(got), n*block)
+		}
+		for i := int64(0); i < n; i++ {
+			if !bytes.Equal(got[i*block:(i+1)*block], pattern(block, byte(w*31+int(i)))) {
+				t.Fatalf("worker %d block %d: fsynced data lost", w, i)
+			}
+		}
+	}
+	held, err := os.OpenFile(filepath.Join(mnt, "w0"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := d2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := d2.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM with a file held open\nstderr:\n%s", code, d2.stderr)
+	}
+	if !strings.Contains(d2.stderr.String(), "aborting the FUSE connection") {
+		t.Errorf("the abort after the grace period was not logged:\n%s", d2.stderr)
+	}
+	if _, err := held.Write([]byte("x")); err == nil {
+		t.Error("a write to the aborted mount succeeded")
+	}
+	held.Close()
+	checkVolume(t, vol)
+}
+
+// TestMountRefusals: a missing mount point, a file as mount point, and a
+// volume in use are refused with a message that says what to do.
+func TestMountRefusals(t *testing.T) {
+	requireFUSE(t)
+	tmp := t.TempDir()
+	vol, mnt := filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt")
+	if code, out := sluiceCmd(t, "mount", vol, mnt); code == 0 || !strings.Contains(out, "does not exist") || !strings.Contains(out, "mkdir -p") {
+		t.Errorf("missing mount point: exit %d: %s", code, out)
+	}
+	if _, err := os.Stat(vol); err == nil {
+		t.Error("a refused mount created the volume")
+	}
+	file := filepath.Join(tmp, "file")
+	os.WriteFile(file, nil, 0o644)
+	if code, out := sluiceCmd(t, "mount", vol, file); code == 0 || !strings.Contains(out, "not a directory") {
+		t.Errorf("file as mount point: exit %d: %s", code, out)
+	}
+	os.Mkdir(mnt, 0o755)
+	d := startDaemon(t, vol, mnt)
+	mnt2 := filepath.Join(tmp, "mnt2")
+	os.Mkdir(mnt2, 0o755)
+	if code, out := sluiceCmd(t, "mount", vol, mnt2); code == 0 || !strings.Contains(out, "in use by pid") {
+		t.Errorf("volume in use: exit %d: %s", code, out)
+	}
+	if code, out := sluiceCmd(t, "umount", mnt2); code == 0 || !strings.Contains(out, "not mounted") {
+		t.Errorf("umount of a directory that is not mounted: exit %d: %s", code, out)
+	}
+	if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
+		t.Fatalf("umount: exit %d: %s", code, out)
+	}
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("daemon exit %d", code)
+	}
+}
+
+// TestReadOnlyMount: -o ro serves the volume read-only: reads work,
+// writes fail with EROFS, and the volume is not changed.
+func TestReadOnlyMount(t *testing.T) {
+	requireFUSE(t)
+	tmp := t.TempDir()
+	vol, mnt := filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, vol, mnt)
+	syncedWrite(t, filepath.Join(mnt, "f"), []byte("read only"), false)
+	if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
+		t.Fatalf("umount: %d %s", code, out)
+	}
+	d.wait(30 * time.Second)
+	d2 := startDaemon(t, vol, mnt, "-o", "ro,noatime")
+	if got, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(got) != "read only" {
+		t.Fatalf("read on a read-only mount: %q %v", got, err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "g"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("create on a read-only mount: %v, want EROFS", err)
+	}
+	if m, ok := FindMount(mnt); !ok || m.Source != vol {
+		t.Errorf("mount source %q, want the volume %q", m.Source, vol)
+	}
+	if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
+		t.Fatalf("umount: %d %s", code, out)
+	}
+	if code := d2.wait(30 * time.Second); code != 0 {
+		t.Fatalf("read-only daemon exit %d\n%s", code, d2.stderr)
+	}
+	checkVolume(t, vol)
+}

@@ -1,0 +1,392 @@
+package fusefs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice"
+)
+
+// Mount problems that CheckMountpoint reports; errors.Is works on the
+// errors it returns.
+var (
+	// ErrStaleMount: the directory is a FUSE mount whose daemon died
+	// (stat fails with ENOTCONN, "transport endpoint is not connected").
+	ErrStaleMount = errors.New("stale mount")
+	// ErrNoMountpoint: the directory does not exist.
+	ErrNoMountpoint = errors.New("mount point does not exist")
+	// ErrNotDir: the mount point is not a directory.
+	ErrNotDir = errors.New("mount point is not a directory")
+	// ErrMounted: a sluice file system is already mounted there.
+	ErrMounted = errors.New("already mounted")
+)
+
+// CheckMountpoint reports why dir cannot be mounted on, or nil: a stale
+// mount left by a killed daemon (with the command that clears it), a
+// missing directory, a file, or a live sluice mount.
+func CheckMountpoint(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN):
+		return fmt.Errorf("%s: %w left by a sluice daemon that died (transport endpoint is not connected); clear it with: sluice umount %s (or: fusermount3 -u %s)",
+			dir, ErrStaleMount, dir, dir)
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s: %w (create it with: mkdir -p %s)", dir, ErrNoMountpoint, dir)
+	case err != nil:
+		return fmt.Errorf("mount point %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s: %w", dir, ErrNotDir)
+	}
+	if m, ok := FindMount(dir); ok && strings.HasPrefix(m.FSType, "fuse.sluice") {
+		return fmt.Errorf("%s: %w (volume %s); unmount it first with: sluice umount %s", dir, ErrMounted, m.Source, dir)
+	}
+	return nil
+}
+
+// MountInfo describes one mount from /proc/self/mountinfo.
+type MountInfo struct {
+	Dir    string // mount point
+	FSType string // e.g. fuse.sluice
+	Source string // for sluice: the volume directory
+}
+
+// FindMount returns the topmost mount on dir, if dir is a mount point.
+func FindMount(dir string) (MountInfo, bool) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return MountInfo{}, false
+	}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return MountInfo{}, false
+	}
+	defer f.Close()
+	var found MountInfo
+	ok := false
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
+		fields := strings.Fields(s.Text())
+		sep := -1
+		for i, fl := range fields {
+			if fl == "-" {
+				sep = i
+				break
+			}
+		}
+		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
+			continue
+		}
+		if unescapeMount(fields[4]) == abs {
+			found = MountInfo{Dir: abs, FSType: fields[sep+1], Source: unescapeMount(fields[sep+2])}
+			ok = true // keep going: the last one is the topmost
+		}
+	}
+	return found, ok
+}
+
+// unescapeMount undoes the octal escapes of /proc/self/mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			okNum := true
+			for _, c := range []byte(s[i+1 : i+4]) {
+				if c < '0' || c > '7' {
+					okNum = false
+				}
+				v = v*8 + c - '0'
+			}
+			if okNum {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Server is a mounted sluice file system being served.
+type Server struct {
+	fs  *FS
+	srv *fuse.Server
+	dir string
+
+	done      chan struct{} // closed when the serve loop has ended
+	unmountMu sync.Mutex
+}
+
+// capabilities are what sluice asks the kernel for on top of go-fuse's
+// defaults (which include ASYNC_READ, PARALLEL_DIROPS, READDIRPLUS,
+// MAX_PAGES and AUTO_INVAL_DATA):
+//
+//   - ASYNC_DIO: libaio and io_uring O_DIRECT I/O stays asynchronous, so a
+//     queue depth of 32 reaches the daemon as 32 requests in flight;
+//   - HANDLE_KILLPRIV_V2: the engine clears set-user-ID and capabilities on
+//     write, so the kernel does not ask for security.capability before
+//     every write (which serialises writers);
+//   - ATOMIC_O_TRUNC: O_TRUNC comes with OPEN instead of a separate SETATTR;
+//   - DIRECT_IO_ALLOW_MMAP: files answered FOPEN_DIRECT_IO can still be
+//     mmapped (shared writable mappings too);
+//   - CACHE_SYMLINKS: a symlink's target never changes.
+const capabilities = fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_ATOMIC_O_TRUNC |
+	fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_CACHE_SYMLINKS
+
+// Mount mounts eng on dir and serves it until Unmount (or an unmount from
+// outside). It checks dir with CheckMountpoint first. As root it calls
+// mount(2) itself; otherwise it runs fusermount3.
+func Mount(eng *sluice.FS, dir string, o *Options) (*Server, error) {
+	fs, err := New(eng, o)
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckMountpoint(abs); err != nil {
+		return nil, err
+	}
+	srv, err := fuse.NewServer(fs, abs, fs.mountOptions())
+	if err != nil {
+		return nil, fmt.Errorf("mounting on %s: %w", abs, err)
+	}
+	s := &Server{fs: fs, srv: srv, dir: abs, done: make(chan struct{})}
+	go func() {
+		srv.Serve()
+		close(s.done)
+	}()
+	if err := srv.WaitMount(); err != nil {
+		_ = s.Unmount()
+		return nil, fmt.Errorf("mounting on %s: %w", abs, err)
+	}
+	return s, nil
+}
+
+// mountOptions builds go-fuse's options.
+func (fs *FS) mountOptions() *fuse.MountOptions {
+	o := &fs.opts
+	root := os.Geteuid() == 0
+	mo := &fuse.MountOptions{
+		AllowOther:        o.AllowOther,
+		MaxBackground:     o.MaxBackground,
+		MaxWrite:          o.MaxWrite,
+		FsName:            o.FsName,
+		Name:              "sluice",
+		Debug:             o.Debug,
+		Logger:            o.Logger,
+		PanicHandler:      fs.panicHandler,
+		DirectMountStrict: root,
+		ExtraCapabilities: capabilities,
+		// Passthrough does not apply (sluice's files are extents on a
+		// device, not host files), and negotiating it would limit
+		// stacking other file systems on the mount.
+		DisabledCapabilities: fuse.CAP_PASSTHROUGH,
+		EnableSymlinkCaching: true,
+		// Splicing only pays for data that is in a file descriptor.
+		// sluice's READ replies are in memory, for which go-fuse's splice
+		// path writes the header into a pipe, gives up and drains the
+		// pipe: three system calls more per READ than one writev.
+		DisableSplice: true,
+	}
+	if o.WritebackCache {
+		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
+	}
+	opts := []string{"default_permissions"}
+	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
+	if o.ReadOnly {
+		flags |= syscall.MS_RDONLY
+		if !root {
+			opts = append(opts, "ro")
+		}
+	}
+	for _, s := range o.MountOptions {
+		if f, ok := msFlags[s]; ok && root {
+			flags = flags&^f.clear | f.set
+			continue
+		}
+		if s == "default_permissions" || s == "allow_other" || s == "rw" {
+			if s == "allow_other" {
+				mo.AllowOther = true
+			}
+			continue
+		}
+		if s == "ro" {
+			flags |= syscall.MS_RDONLY
+			if !root {
+				opts = append(opts, "ro")
+			}
+			continue
+		}
+		opts = append(opts, s)
+	}
+	mo.Options = opts
+	mo.DirectMountFlags = flags
+	return mo
+}
+
+// msFlags are the mount options that mount(2) takes as flags rather than
+// in its data string (nodev, nosuid, noexec are handled by go-fuse).
+var msFlags = map[string]struct{ set, clear uintptr }{
+	"noatime":     {syscall.MS_NOATIME, 0},
+	"atime":       {0, syscall.MS_NOATIME},
+	"nodiratime":  {syscall.MS_NODIRATIME, 0},
+	"relatime":    {syscall.MS_RELATIME, 0},
+	"strictatime": {syscall.MS_STRICTATIME, syscall.MS_RELATIME},
+	"sync":        {syscall.MS_SYNCHRONOUS, 0},
+	"dirsync":     {syscall.MS_DIRSYNC, 0},
+	"lazytime":    {unix.MS_LAZYTIME, 0},
+}
+
+// FS returns the file system being served.
+func (s *Server) FS() *FS { return s.fs }
+
+// Dir returns the absolute mount point.
+func (s *Server) Dir() string { return s.dir }
+
+// Done is closed when the mount has ended: after Unmount, an unmount from
+// outside, or an abort.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Wait blocks until the mount has ended.
+func (s *Server) Wait() { <-s.done }
+
+// Unmount unmounts and waits for the serve loop to end. It fails with
+// EBUSY while files are open on the mount; see UnmountOptions for lazy and
+// forced unmounts. The engine stays open: close it afterwards.
+func (s *Server) Unmount() error { return s.UnmountWith(UnmountOptions{}) }
+
+// UnmountWith is Unmount with options.
+func (s *Server) UnmountWith(o UnmountOptions) error {
+	s.unmountMu.Lock()
+	defer s.unmountMu.Unlock()
+	select {
+	case <-s.done:
+		return nil
+	default:
+	}
+	if err := Unmount(s.dir, o); err != nil {
+		return err
+	}
+	if o.Lazy && !o.Force {
+		return nil // the mount ends when its last file is closed
+	}
+	<-s.done
+	return nil
+}
+
+// UnmountOptions configures Unmount.
+type UnmountOptions struct {
+	// Lazy detaches the mount from the directory tree at once; it ends
+	// when the last file open on it is closed (umount -l, MNT_DETACH).
+	Lazy bool
+	// Force aborts the FUSE connection first: every request in flight and
+	// every later one on the mount fails with ENOTCONN (umount -f), and
+	// detaches the mount (Force implies Lazy), so the mount ends at once
+	// even with files open.
+	Force bool
+}
+
+// Unmount unmounts the sluice (or any FUSE) mount on dir. As root it calls
+// umount2(2); otherwise it runs fusermount3 -u (-z for Lazy). A stale
+// mount (ENOTCONN) is detached lazily, which always succeeds.
+func Unmount(dir string, o UnmountOptions) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(abs); errors.Is(err, syscall.ENOTCONN) {
+		o.Lazy = true
+	}
+	if o.Force {
+		o.Lazy = true
+		if os.Geteuid() != 0 {
+			abortConnection(abs)
+		}
+	}
+	if os.Geteuid() == 0 {
+		if o.Force {
+			// MNT_FORCE makes the kernel abort the FUSE connection
+			// (fuse_umount_begin); the unmount itself may still be busy.
+			if err := unix.Unmount(abs, unix.MNT_FORCE); err == nil {
+				return nil
+			}
+		}
+		flags := 0
+		if o.Lazy {
+			flags |= unix.MNT_DETACH
+		}
+		if err := unix.Unmount(abs, flags); err != nil {
+			return describeUnmountError(abs, err)
+		}
+		return nil
+	}
+	args := []string{"-u"}
+	if o.Lazy {
+		args = append(args, "-z")
+	}
+	out, err := exec.Command("fusermount3", append(args, abs)...).CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if strings.Contains(msg, "busy") {
+			return describeUnmountError(abs, syscall.EBUSY)
+		}
+		return fmt.Errorf("fusermount3 -u %s: %v: %s", abs, err, msg)
+	}
+	return nil
+}
+
+func describeUnmountError(dir string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EBUSY):
+		return fmt.Errorf("unmounting %s: %w (files are open on it; close them, or detach it now with: sluice umount --lazy %s)", dir, err, dir)
+	case errors.Is(err, syscall.EINVAL):
+		return fmt.Errorf("unmounting %s: %w (it is not a mount point)", dir, err)
+	}
+	return fmt.Errorf("unmounting %s: %w", dir, err)
+}
+
+// WaitUnmounted polls until dir is no longer a mount point or the timeout
+// passes, and reports whether it is gone.
+func WaitUnmounted(dir string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if _, ok := FindMount(dir); !ok {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// abortConnection aborts the FUSE connection of the mount on dir through
+// the fusectl file system (/sys/fs/fuse/connections/N/abort, writable by
+// the user who mounted), if it is mounted. Best effort.
+func abortConnection(dir string) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return
+	}
+	p := fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", unix.Minor(st.Dev))
+	_ = os.WriteFile(p, []byte("1"), 0)
+}

@@ -1,0 +1,182 @@
+package fusefs
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"strings"
+	"time"
+)
+
+// CacheMode says who caches the data of files opened without O_DIRECT.
+type CacheMode int
+
+const (
+	// KernelCache lets the kernel's page cache hold the data of buffered
+	// opens (FOPEN_KEEP_CACHE): cached reads never reach the daemon, and the
+	// daemon serves the kernel's page-aligned reads and write-through writes
+	// on the engine's direct path, so the data is not cached twice. It is
+	// the default (see the package doc for the measurements behind it).
+	KernelCache CacheMode = iota
+	// SluiceCache answers FOPEN_DIRECT_IO on every open, so that every
+	// read(2) and write(2) reaches the daemon and buffered opens use the
+	// engine's own page cache.
+	SluiceCache
+)
+
+// String returns "kernel" or "sluice".
+func (m CacheMode) String() string {
+	switch m {
+	case KernelCache:
+		return "kernel"
+	case SluiceCache:
+		return "sluice"
+	}
+	return fmt.Sprintf("CacheMode(%d)", int(m))
+}
+
+// ParseCacheMode parses "kernel" or "sluice".
+func ParseCacheMode(s string) (CacheMode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "kernel":
+		return KernelCache, nil
+	case "sluice":
+		return SluiceCache, nil
+	}
+	return 0, fmt.Errorf("unknown cache mode %q: use kernel or sluice", s)
+}
+
+// Defaults of Options.
+const (
+	// DefaultMaxWrite is the largest READ or WRITE request the kernel sends:
+	// 1 MiB, the kernel's maximum (max_pages 256).
+	DefaultMaxWrite = 1 << 20
+	// DefaultMaxBackground caps the background requests the kernel keeps in
+	// flight: readahead, writeback and asynchronous direct I/O (libaio and
+	// io_uring with CAP_ASYNC_DIO). 128 covers 4 jobs at queue depth 32;
+	// go-fuse's default of 12 would cap a QD32 benchmark at 12.
+	DefaultMaxBackground = 128
+	// DefaultEntryTimeout and DefaultAttrTimeout are how long the kernel may
+	// trust a name lookup and a file's attributes. The daemon is the only
+	// writer of a volume (the volume lock), and every change passes through
+	// this kernel, so the timeouts only bound how stale st_blocks, atime and
+	// ctime may look.
+	DefaultEntryTimeout = time.Second
+	DefaultAttrTimeout  = time.Second
+	// DefaultNegativeTimeout is how long the kernel may remember that a
+	// name does not exist. Safe for the same reason.
+	DefaultNegativeTimeout = time.Second
+)
+
+// Options configures Mount and New. The zero value is valid: every field
+// has a default.
+type Options struct {
+	// Cache selects who caches buffered data. The default value is
+	// KernelCache.
+	Cache CacheMode
+	// WritebackCache asks the kernel for CAP_WRITEBACK_CACHE with
+	// KernelCache: write(2) lands in the kernel's page cache and the kernel
+	// writes pages back later. The default value is false (write-through),
+	// chosen by measurement (see the package doc).
+	WritebackCache bool
+	// StrictDirectIO makes O_DIRECT reads and writes whose offset or length
+	// is not a multiple of the engine's I/O unit fail with EINVAL, as XFS
+	// does. The default value is false: they are served coherently by a
+	// bounce buffer (reads) and the engine's buffered path (writes), as
+	// FUSE applications expect (see the package doc).
+	StrictDirectIO bool
+	// MaxWrite is the largest READ or WRITE request. The default value is
+	// DefaultMaxWrite.
+	MaxWrite int
+	// MaxBackground is the kernel's limit on background requests. The
+	// default value is DefaultMaxBackground.
+	MaxBackground int
+	// EntryTimeout, AttrTimeout and NegativeTimeout are the kernel's cache
+	// lifetimes for lookups, attributes and failed lookups. The default
+	// values are DefaultEntryTimeout, DefaultAttrTimeout and
+	// DefaultNegativeTimeout; a negative value means 0 (no caching).
+	EntryTimeout    time.Duration
+	AttrTimeout     time.Duration
+	NegativeTimeout time.Duration
+	// AllowOther lets users other than the mounter use the mount. The
+	// default value is false.
+	AllowOther bool
+	// ReadOnly mounts read-only (MS_RDONLY). The engine should be opened
+	// read-only too. The default value is false.
+	ReadOnly bool
+	// MountOptions are further options for mount(2) or fusermount3 (-o),
+	// such as "noexec" or "noatime". "default_permissions" is always added:
+	// the kernel checks permissions against the mode and owner sluice
+	// reports. The default value is none.
+	MountOptions []string
+	// FsName is the mount's source as /proc/mounts shows it; `sluice mount`
+	// puts the volume's absolute path there, so that `sluice umount` can
+	// find the volume. The default value is "sluice".
+	FsName string
+	// Debug logs every FUSE request and reply. The default value is false.
+	Debug bool
+	// Logger receives errors, panics and debug output. The default value is
+	// log.Default().
+	Logger *log.Logger
+	// Metrics, when set, records the latency of every FUSE operation. The
+	// default value is nil (no recording).
+	Metrics *Metrics
+}
+
+// EnsureDefaults fills unset fields with their defaults and returns o. A nil
+// o gives all defaults.
+func (o *Options) EnsureDefaults() *Options {
+	if o == nil {
+		o = &Options{}
+	}
+	if o.MaxWrite == 0 {
+		o.MaxWrite = DefaultMaxWrite
+	}
+	if o.MaxBackground == 0 {
+		o.MaxBackground = DefaultMaxBackground
+	}
+	for _, p := range []struct {
+		d   *time.Duration
+		def time.Duration
+	}{{&o.EntryTimeout, DefaultEntryTimeout}, {&o.AttrTimeout, DefaultAttrTimeout}, {&o.NegativeTimeout, DefaultNegativeTimeout}} {
+		switch {
+		case *p.d == 0:
+			*p.d = p.def
+		case *p.d < 0:
+			*p.d = 0
+		}
+	}
+	if o.FsName == "" {
+		o.FsName = "sluice"
+	}
+	if o.Logger == nil {
+		o.Logger = log.Default()
+	}
+	return o
+}
+
+// Validate reports every problem with o at once.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Cache != KernelCache && o.Cache != SluiceCache {
+		errs = append(errs, fmt.Errorf("unknown cache mode %d", o.Cache))
+	}
+	if o.WritebackCache && o.Cache != KernelCache {
+		errs = append(errs, errors.New("WritebackCache needs the kernel cache mode"))
+	}
+	if o.MaxWrite < 4096 || o.MaxWrite > 1<<20 || o.MaxWrite%4096 != 0 {
+		errs = append(errs, fmt.Errorf("MaxWrite %d is not a multiple of 4 KiB in [4 KiB, 1 MiB]", o.MaxWrite))
+	}
+	if o.MaxBackground < 1 || o.MaxBackground > 65535 {
+		errs = append(errs, fmt.Errorf("MaxBackground %d is not in [1, 65535]", o.MaxBackground))
+	}
+	return errors.Join(errs...)
+}
+
+// String renders o on one line, so that a benchmark or a test can record
+// what it ran with.
+func (o *Options) String() string {
+	return fmt.Sprintf("cache=%s writeback_cache=%t strict_dio=%t max_write=%d max_background=%d entry_timeout=%v attr_timeout=%v negative_timeout=%v allow_other=%t ro=%t options=%s",
+		o.Cache, o.WritebackCache, o.StrictDirectIO, o.MaxWrite, o.MaxBackground, o.EntryTimeout, o.AttrTimeout,
+		o.NegativeTimeout, o.AllowOther, o.ReadOnly, strings.Join(o.MountOptions, ","))
+}
