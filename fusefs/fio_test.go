@@ -14,7 +14,7 @@ func runFio(t *testing.T, dir string, args ...string) {
 	if err != nil {
 		t.Skip("fio is not installed")
 	}
-	all := append([]string{"--name=verify", "--directory=" + dir, "--output-format=terse", "--minimal"}, args...)
+	all := append([]string{"--name=verify", "--directory=" + dir, "--output-format=terse", "--minimal", "--verify_state_save=0"}, args...)
 	out, err := exec.Command(fio, all...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("fio %v: %v\n%s", args, err, out)
