@@ -31,6 +31,9 @@ type Attr struct {
 	// Gen is the inode generation: an inode number reused after a file is
 	// freed comes with a different generation.
 	Gen uint64
+	// Parent is, for a directory, the directory holding it (its "..";
+	// the root is its own parent). Zero for other file types.
+	Parent Ino
 }
 
 // IsDir reports whether the inode is a directory.
@@ -50,6 +53,9 @@ func (in *inode) attrLocked() (Attr, error) {
 		Blksize: int32(in.fs.blockSize),
 		Atime:   time.Unix(0, a.Atime), Mtime: time.Unix(0, a.Mtime), Ctime: time.Unix(0, a.Ctime),
 		Gen: a.Gen,
+	}
+	if isDir(a.Mode) {
+		out.Parent = a.Parent
 	}
 	switch {
 	case isReg(a.Mode):

@@ -317,7 +317,8 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 				return mode, errnof(syscall.EINVAL, "O_DIRECT append at unaligned end of file %d", k.off)
 			}
 		}
-		needExcl := k.off > size || in.needsPrivStrip()
+		strip := !k.keepPrivs && in.needsPrivStrip()
+		needExcl := k.off > size || strip
 		if needExcl && k.nowait {
 			fs.counters.NoWaitEAGAIN.Add(1)
 			return mode, syscall.EAGAIN
@@ -339,8 +340,10 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 				return mode, err
 			}
 		}
-		if err := in.stripPrivs(); err != nil {
-			return mode, err
+		if strip {
+			if err := in.stripPrivs(); err != nil {
+				return mode, err
+			}
 		}
 		in.touchMtime()
 		return mode, nil

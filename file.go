@@ -297,6 +297,10 @@ const (
 	RWFSync
 	// RWFAppend writes at the end of the file, as O_APPEND.
 	RWFAppend
+	// RWFKeepPrivs keeps set-user-ID, set-group-ID and capabilities that a
+	// write would otherwise clear: for a caller with CAP_FSETID, or a FUSE
+	// write the kernel did not flag WRITE_KILL_SUIDGID.
+	RWFKeepPrivs
 )
 
 // ReadAt reads len(p) bytes at off, as os.File.ReadAt: fewer bytes only at

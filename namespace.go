@@ -80,8 +80,17 @@ func (fs *FS) Lookup(parent Ino, name string) (Attr, error) {
 		return Attr{}, err
 	}
 	defer fs.putInode(dir)
-	if name == "." {
+	switch name {
+	case ".":
 		return dir.getattr()
+	case "..":
+		p := RootIno
+		if parent != RootIno {
+			if p, err = fs.parentOf(parent); err != nil {
+				return Attr{}, err
+			}
+		}
+		return fs.Getattr(p)
 	}
 	d, err := fs.lookupEntry(parent, name)
 	if err != nil {

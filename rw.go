@@ -25,6 +25,8 @@ type kiocb struct {
 	nowait bool // RWF_NOWAIT or the ring's inline attempt: EAGAIN, never block
 	dsync  bool // O_DSYNC, O_SYNC, RWF_DSYNC, RWF_SYNC
 	append bool // O_APPEND or RWF_APPEND
+	// keepPrivs skips the set-user-ID/capability stripping (RWFKeepPrivs).
+	keepPrivs bool
 	// done, when set, makes the request asynchronous: a path may return
 	// errQueued and call done exactly once later, from any goroutine.
 	done func(n int, err error)
@@ -37,13 +39,14 @@ type kiocb struct {
 
 func (f *File) newKiocb(p []byte, off int64, flags RWFlags) *kiocb {
 	return &kiocb{
-		in:     f.in,
-		buf:    p,
-		off:    off,
-		direct: f.flags&O_DIRECT != 0,
-		nowait: flags&RWFNoWait != 0,
-		dsync:  f.flags&(O_DSYNC|O_SYNC) != 0 || flags&(RWFDsync|RWFSync) != 0,
-		append: f.flags&O_APPEND != 0 || flags&RWFAppend != 0,
+		in:        f.in,
+		buf:       p,
+		off:       off,
+		direct:    f.flags&O_DIRECT != 0,
+		nowait:    flags&RWFNoWait != 0,
+		dsync:     f.flags&(O_DSYNC|O_SYNC) != 0 || flags&(RWFDsync|RWFSync) != 0,
+		append:    f.flags&O_APPEND != 0 || flags&RWFAppend != 0,
+		keepPrivs: flags&RWFKeepPrivs != 0,
 	}
 }
 

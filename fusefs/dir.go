@@ -43,9 +43,13 @@ func (fs *FS) listingLocked(h *handle, off uint64) ([]sluice.DirEntry, error) {
 		if err != nil {
 			return nil, err
 		}
+		var parent sluice.Ino
+		if a, err := fs.eng.Getattr(h.ino); err == nil {
+			parent = a.Parent
+		}
 		all := make([]sluice.DirEntry, 0, len(ents)+2)
 		all = append(all, sluice.DirEntry{Name: ".", Ino: h.ino, Type: syscall.S_IFDIR},
-			sluice.DirEntry{Name: "..", Type: syscall.S_IFDIR})
+			sluice.DirEntry{Name: "..", Ino: parent, Type: syscall.S_IFDIR})
 		h.mu.ents = append(all, ents...)
 	}
 	if off >= uint64(len(h.mu.ents)) {

@@ -10,9 +10,9 @@ import (
 	"github.com/sluicefs/sluice"
 )
 
-// Tests that show engine bugs and missing features found while writing
-// fusefs (see /work/notes/bugs-fusefs.md). They fail today, so they run
-// only with SLUICE_ENGINE_BUGS=1.
+// Tests that showed engine bugs and missing features found while writing
+// fusefs (see /work/notes/bugs-fusefs.md). Those still open run only with
+// SLUICE_ENGINE_BUGS=1; the fixed ones always run.
 
 func requireEngineBugs(t *testing.T) {
 	t.Helper()
@@ -24,7 +24,6 @@ func requireEngineBugs(t *testing.T) {
 // TestEngineDirParent: the inode API should give a directory's parent,
 // for the ".." entry of READDIR.
 func TestEngineDirParent(t *testing.T) {
-	requireEngineBugs(t)
 	e := newMountEnv(t, envOpts{})
 	a, err := e.eng.MkdirIno(sluice.RootIno, "d", 0o755, sluice.Owner{})
 	if err != nil {
@@ -39,7 +38,6 @@ func TestEngineDirParent(t *testing.T) {
 // TestEngineRootWriteKeepsSuid: Linux keeps set-user-ID when a caller
 // with CAP_FSETID (root) writes; sluice strips it on every write.
 func TestEngineRootWriteKeepsSuid(t *testing.T) {
-	requireEngineBugs(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}

@@ -236,7 +236,13 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 			copy(src, data)
 		}
 	}
-	n, err := f.Pwrite(src, off, 0)
+	// With CAP_HANDLE_KILLPRIV_V2 the kernel says, per write, whether the
+	// writer lacks CAP_FSETID and set-user-ID and friends must go.
+	var flags sluice.RWFlags
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID == 0 {
+		flags |= sluice.RWFKeepPrivs
+	}
+	n, err := f.Pwrite(src, off, flags)
 	if err != nil && n == 0 {
 		return 0, fs.toStatus("write", in.NodeId, err)
 	}
