@@ -59,13 +59,14 @@ func (in *inode) writebackPages(first, last uint64, wait bool) error {
 		}
 		i = j
 	}
-	if !wait {
-		return firstErr
+	if wait {
+		wg.Wait()
+		if last >= first {
+			in.waitBlocksIdle(first/ppb, last/ppb)
+		}
 	}
-	wg.Wait()
-	if last >= first {
-		in.waitBlocksIdle(first/ppb, last/ppb)
-	}
+	errMu.Lock()
+	defer errMu.Unlock()
 	return firstErr
 }
 
