@@ -39,9 +39,12 @@ func (in *inode) pageLen(idx uint64, size int64) int {
 // every buffered write: a write of bytes [from, to) of page p reads the old
 // page first only if p is not uptodate, no write of p is pending, and the
 // write does not cover every byte of the page below EOF (pglen of them; a
-// page wholly past EOF has none, so needs no read). Classic policy (before
-// the fix): every write to a page that is not uptodate reads it first.
-func needReadBeforeWrite(pol Policy, p *pagecache.Page, from, to, pglen int) bool {
+// page wholly past EOF has none, so needs no read). Even then, a write
+// whose ends fall on the device's I/O unit (ioUnit, when it is smaller
+// than a page) leaves the rest of the page unread: writeback can write its
+// units alone. Classic policy (before the fix): every write to a page that
+// is not uptodate reads it first.
+func needReadBeforeWrite(pol Policy, p *pagecache.Page, from, to, pglen, ioUnit int) bool {
 	if p.Uptodate() {
 		return false
 	}
@@ -51,7 +54,11 @@ func needReadBeforeWrite(pol Policy, p *pagecache.Page, from, to, pglen int) boo
 	if p.WritePending() {
 		return false
 	}
-	return !(pglen == 0 || from == 0 && to >= pglen)
+	if pglen == 0 || from == 0 && to >= pglen {
+		return false
+	}
+	unitAligned := ioUnit < len(p.Data) && from%ioUnit == 0 && (to%ioUnit == 0 || to >= pglen)
+	return !unitAligned
 }
 
 // bufferedWrite copies the caller's bytes into the page cache (the
@@ -192,15 +199,15 @@ func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, s
 			}
 		}
 	}
-	if needReadBeforeWrite(fs.policy, p, from, to, pglen) {
+	if needReadBeforeWrite(fs.policy, p, from, to, pglen, int(fs.ioUnit)) {
 		if nowait {
 			return syscall.EAGAIN
 		}
 		if err := in.readPageLocked(p, size); err != nil {
 			return err
 		}
-	} else if !p.Uptodate() && !p.WritePending() {
-		fs.counters.CacheReadsAvoided.Add(1)
+	} else if !p.Uptodate() {
+		fs.counters.CacheReadsAvoided.Add(1) // classic would have read
 	}
 	if !p.Uptodate() {
 		// Bytes outside the write that are past EOF are zero; if that

@@ -90,6 +90,20 @@ func (e *testEnv) close() {
 	e.fs = nil
 }
 
+// reopen closes the file system cleanly and opens it again on the same
+// device and metadata: a cold cache.
+func (e *testEnv) reopen() *testEnv {
+	e.t.Helper()
+	if err := e.fs.Close(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.vol.KV.Close()
+	img := e.mem.CrashImage(0) // everything was flushed: the same bytes
+	e.fault.Close()
+	e.fs = nil
+	return openEnv(e.t, img, e.memfs, e.opts)
+}
+
 // crash returns a new environment holding what a power failure now could
 // leave: the device's crash image for seed (unflushed writes kept, dropped
 // or torn) and the metadata as last synced plus some unsynced part. The

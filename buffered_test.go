@@ -1,0 +1,287 @@
+package sluice
+
+import (
+	"bufio"
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/sluicefs/sluice/volume"
+)
+
+// The read-before-write rule of seed 004, observed through the count of
+// device reads the page cache issues (CacheReads) on a cold cache.
+
+// coldFile writes n bytes to path O_DIRECT, fsyncs, closes and reopens the
+// file system (cold cache), and returns the environment and the file open
+// for buffered writing.
+func coldFile(t *testing.T, pol Policy, cfg envConfig, n int) (*testEnv, *File) {
+	t.Helper()
+	cfg.opts.Policy = &pol
+	e := newEnv(t, cfg)
+	f := e.mustCreate("/f", 0)
+	if _, err := f.WriteAt(pattern(n, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	e2 := e.reopen()
+	g, err := e2.fs.OpenFile("/f", O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2.fs.ResetCounters()
+	return e2, g
+}
+
+func TestReadBeforeWriteRule(t *testing.T) {
+	const ps = 4096
+	cases := []struct {
+		name       string
+		ioUnit     int // device I/O unit (block size 4 KiB)
+		size       int // file size before the write
+		off, n     int // the buffered write
+		twice      bool
+		concurrent int64 // device reads under the concurrent policy
+		classic    int64
+	}{
+		{name: "full page overwrite", ioUnit: 4096, size: 4 * ps, off: ps, n: ps, concurrent: 0, classic: 1},
+		{name: "covers every byte below EOF of the last page", ioUnit: 4096, size: 2*ps + 1000, off: 2 * ps, n: 1000, concurrent: 0, classic: 1},
+		{name: "from page start to past EOF", ioUnit: 4096, size: 2*ps + 1000, off: 2 * ps, n: 3000, concurrent: 0, classic: 1},
+		{name: "page wholly past EOF", ioUnit: 4096, size: 2 * ps, off: 3*ps + 100, n: 100, concurrent: 0, classic: 0},
+		{name: "partial overwrite, 4 KiB unit", ioUnit: 4096, size: 4 * ps, off: ps + 100, n: 200, concurrent: 1, classic: 1},
+		{name: "partial overwrite, 512 B unit", ioUnit: 512, size: 4 * ps, off: ps + 100, n: 200, concurrent: 1, classic: 1},
+		{name: "sector-aligned partial overwrite, 512 B unit", ioUnit: 512, size: 4 * ps, off: ps + 512, n: 1024, concurrent: 0, classic: 1},
+		// The first write leaves a pending partial page (512 B unit);
+		// the second, unaligned, finds the write pending: no read.
+		{name: "partial write to a page with a pending write", ioUnit: 512, size: 4 * ps, off: ps + 512, n: 1024, twice: true, concurrent: 0, classic: 1},
+	}
+	for _, pol := range []Policy{Concurrent(), Classic()} {
+		for _, c := range cases {
+			t.Run(pol.String()+"/"+c.name, func(t *testing.T) {
+				e, f := coldFile(t, pol, envConfig{ioUnit: c.ioUnit}, c.size)
+				if _, err := f.WriteAt(pattern(c.n, 9), int64(c.off)); err != nil {
+					t.Fatal(err)
+				}
+				if c.twice {
+					// The page now has a pending write (not uptodate
+					// under concurrent, uptodate under classic):
+					// another partial write next to it reads nothing.
+					if _, err := f.WriteAt(pattern(50, 10), int64(c.off+c.n)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want := c.concurrent
+				if !pol.SkipFullPageRMW {
+					want = c.classic
+				}
+				if got := e.fs.Counters()["CacheReads"]; got != want {
+					t.Fatalf("%d device reads, want %d", got, want)
+				}
+				// Whatever was read or not, the file is right.
+				model := pattern(c.size, 1)
+				for len(model) < c.off+c.n {
+					model = append(model, 0)
+				}
+				copy(model[c.off:], pattern(c.n, 9))
+				if c.twice {
+					model = append(model, make([]byte, max(0, c.off+c.n+50-len(model)))...)
+					copy(model[c.off+c.n:], pattern(50, 10))
+				}
+				if got := mustReadAll(t, f); !bytes.Equal(got, model) {
+					t.Fatal("file differs from the model")
+				}
+				if err := f.Fsync(); err != nil {
+					t.Fatal(err)
+				}
+				if got := mustReadAll(t, f); !bytes.Equal(got, model) {
+					t.Fatal("file differs from the model after writeback")
+				}
+			})
+		}
+	}
+}
+
+// TestLargeUnitWriteback: on a device whose I/O unit (64 KiB) is larger
+// than a page, a sequential full-page overwrite reads nothing back at
+// writeback (each unit is fully dirty), while a lone partial page makes
+// the writeback read its unit back.
+func TestLargeUnitWriteback(t *testing.T) {
+	cfg := envConfig{ioUnit: 64 << 10, blockSize: 64 << 10, size: 64 << 20}
+	e, f := coldFile(t, Concurrent(), cfg, 256<<10)
+	for off := 0; off < 128<<10; off += 4096 {
+		if _, err := f.WriteAt(pattern(4096, byte(off/4096)), int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Fsync(); err != nil {
+		t.Fatal(err)
+	}
+	c := e.fs.Counters()
+	if c["CacheReads"] != 0 || c["CacheRMWUnitReads"] != 0 {
+		t.Fatalf("sequential overwrite read %d pages and %d units; want none", c["CacheReads"], c["CacheRMWUnitReads"])
+	}
+	e.fs.ResetCounters()
+	if _, err := f.WriteAt(pattern(4096, 99), 192<<10); err != nil { // one page of the 4th unit
+		t.Fatal(err)
+	}
+	if err := f.Fsync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fs.Counters()["CacheRMWUnitReads"]; got != 1 {
+		t.Fatalf("%d unit reads at writeback, want 1", got)
+	}
+	model := pattern(256<<10, 1)
+	for off := 0; off < 128<<10; off += 4096 {
+		copy(model[off:], pattern(4096, byte(off/4096)))
+	}
+	copy(model[192<<10:], pattern(4096, 99))
+	if got := mustReadAll(t, f); !bytes.Equal(got, model) {
+		t.Fatal("file differs from the model")
+	}
+}
+
+// TestMixedBufferedAndDirect: many goroutines write the same file through
+// buffered and O_DIRECT handles, each owning its own blocks (so the final
+// content is defined), while others read; the result equals the model and
+// Check is clean.
+func TestMixedBufferedAndDirect(t *testing.T) {
+	for _, pol := range []Policy{Concurrent(), Classic()} {
+		t.Run(pol.String(), func(t *testing.T) {
+			e := policyEnv(t, pol)
+			const blocks, workers = 64, 8
+			df, _ := e.prewrite("/f", blocks*4096, 1)
+			bf, err := e.fs.OpenFile("/f", O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bf.Close()
+			model := pattern(blocks*4096, 1)
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(w), 5))
+					for i := range 60 {
+						blk := rng.IntN(blocks/workers)*workers + w // owned
+						var buf []byte
+						var off int64
+						if rng.IntN(2) == 0 {
+							// Buffered: any bytes of the block.
+							lo := rng.IntN(4096)
+							hi := lo + 1 + rng.IntN(4096-lo)
+							buf, off = pattern(hi-lo, byte(w*60+i)), int64(blk*4096+lo)
+							if _, err := bf.WriteAt(buf, off); err != nil {
+								t.Error(err)
+								return
+							}
+						} else {
+							// Direct: whole sectors of the block.
+							lo := rng.IntN(8) * 512
+							hi := lo + 512*(1+rng.IntN((4096-lo)/512))
+							buf, off = pattern(hi-lo, byte(w*60+i)), int64(blk*4096+lo)
+							if _, err := df.WriteAt(buf, off); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+						mu.Lock()
+						copy(model[off:], buf)
+						mu.Unlock()
+						if i%10 == 0 {
+							rb := pattern(4096, 0)
+							if _, err := df.ReadAt(rb, int64(blk*4096)); err != nil {
+								t.Error(err)
+								return
+							}
+							mu.Lock()
+							ok := bytes.Equal(rb, model[blk*4096:(blk+1)*4096])
+							mu.Unlock()
+							if !ok {
+								t.Errorf("worker %d: direct read of its block %d differs from its last write", w, blk)
+								return
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if got := mustReadAll(t, bf); !bytes.Equal(got, model) {
+				t.Fatal("buffered read differs from the model")
+			}
+			if got := mustReadAll(t, df); !bytes.Equal(got, model) {
+				t.Fatal("direct read differs from the model")
+			}
+			checkClean(t, e.fs)
+		})
+	}
+}
+
+// TestCacheMemoryCap: writing four times the cache capacity through the
+// page cache of a real volume keeps the cache's buffers within the cap and
+// the process's peak RSS within the cap plus a fixed allowance.
+func TestCacheMemoryCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 64 MiB to the disk")
+	}
+	const capBytes = 16 << 20
+	dir := filepath.Join(t.TempDir(), "vol")
+	if err := volume.Mkfs(dir, volume.MkfsOptions{Size: 256 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := Open(dir, &Options{CacheSizeBytes: capBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	f, err := fs.Create("/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := peakRSS(t)
+	buf := pattern(256<<10, 3)
+	for off := int64(0); off < 4*capBytes; off += int64(len(buf)) {
+		if _, err := f.WriteAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+		if s := fs.cache.Stats(); s.Buffers*int64(fs.cache.PageSize()) > capBytes {
+			t.Fatalf("cache holds %d buffers of %d B, over the %d B cap", s.Buffers, fs.cache.PageSize(), capBytes)
+		}
+	}
+	if err := f.Fsync(); err != nil {
+		t.Fatal(err)
+	}
+	grew := peakRSS(t) - before
+	t.Logf("peak RSS grew by %d MiB writing %d MiB through a %d MiB cache", grew>>20, 4*capBytes>>20, capBytes>>20)
+	if grew > capBytes+48<<20 {
+		t.Fatalf("peak RSS grew by %d MiB, more than the %d MiB cap plus 48 MiB", grew>>20, capBytes>>20)
+	}
+	f.Close()
+}
+
+// peakRSS returns the process's peak resident set size (VmHWM) in bytes.
+func peakRSS(t *testing.T) int64 {
+	fd, err := os.Open("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	defer fd.Close()
+	sc := bufio.NewScanner(fd)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Skip("no VmHWM")
+	return 0
+}
