@@ -70,7 +70,7 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 			return 0, syscall.EAGAIN
 		}
 		fs.counters.LockExclDirectRead.Add(1)
-		if k.nowait && in.dio.InFlight() > 0 {
+		if k.nowait && (in.dio.InFlight() > 0 || in.cachedInRange(0, maxFileSize)) {
 			in.io.Unlock(iolock.Exclusive)
 			fs.counters.NoWaitEAGAIN.Add(1)
 			return 0, syscall.EAGAIN
@@ -370,12 +370,12 @@ func (in *inode) touchMtime() {
 func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, error) {
 	fs := in.fs
 	end := k.off + int64(len(k.buf))
-	if k.nowait {
-		if dirty := in.pages.HasDirty(in.pageRange(k.off, end)); dirty {
-			in.io.Unlock(mode)
-			fs.counters.NoWaitEAGAIN.Add(1)
-			return 0, syscall.EAGAIN
-		}
+	if k.nowait && in.cachedInRange(k.off, end) {
+		// Invalidating cached pages may wait for their locks or their
+		// writeback (kiocb_invalidate_pages gives -EAGAIN under NOWAIT).
+		in.io.Unlock(mode)
+		fs.counters.NoWaitEAGAIN.Add(1)
+		return 0, syscall.EAGAIN
 	}
 	if err := in.invalidateRange(k.off, end); err != nil {
 		in.io.Unlock(mode)

@@ -592,8 +592,11 @@ func TestNoWaitMatrix(t *testing.T) {
 	expectEAGAIN("direct read over dirty pages", func() (int, error) { return f.Pread(buf, 0, RWFNoWait) })
 	// A buffered write that needs a read of its page first.
 	expectEAGAIN("buffered partial write of an uncached page", func() (int, error) { return bf.Pwrite(buf[:100], 2*4096+10, RWFNoWait) })
-	// The aligned overwrite within EOF does not block.
-	if n, err := f.Pwrite(buf, 2*4096, RWFNoWait); err != nil || n != 4096 {
+	// Cached pages in the range of a direct write (their invalidation
+	// could wait for a page lock): EAGAIN.
+	expectEAGAIN("direct write over cached pages", func() (int, error) { return f.Pwrite(buf, 2*4096, RWFNoWait) })
+	// The aligned overwrite within EOF of an uncached range does not block.
+	if n, err := f.Pwrite(buf, 3*4096, RWFNoWait); err != nil || n != 4096 {
 		t.Fatalf("NOWAIT overwrite: %d, %v", n, err)
 	}
 }

@@ -93,6 +93,9 @@ func (fs *FS) openTarget(w walked, flag int, perm uint32, links *int) (*inode, e
 			ino := a.Ino
 			if isSymlink(a.Mode) {
 				if flag&O_NOFOLLOW != 0 && !w.mustDir {
+					if flag&O_DIRECTORY != 0 {
+						return nil, syscall.ENOTDIR
+					}
 					return nil, syscall.ELOOP
 				}
 				if ino, err = fs.followLink(w.dir, a.Ino, links); err != nil {

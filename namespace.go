@@ -148,6 +148,18 @@ func (fs *FS) create(parent Ino, name string, mode uint32, owner Owner, rdev uin
 	} else if err != syscall.ENOENT {
 		return nil, false, err
 	}
+	dir.mu.Lock()
+	dirMode, dirGid := dir.attr.Mode, dir.attr.Gid
+	dir.mu.Unlock()
+	if dirMode&syscall.S_ISGID != 0 {
+		// BSD group semantics (inode_init_owner): a set-group-ID directory
+		// gives its group to what is created in it, and its bit to
+		// subdirectories.
+		owner.Gid = dirGid
+		if isDir(mode) {
+			mode |= syscall.S_ISGID
+		}
+	}
 	rec := newInodeRecord(mode, owner.Uid, owner.Gid, rdev)
 	rec.Size = uint64(len(target))
 	if isDir(mode) {

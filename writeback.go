@@ -107,6 +107,19 @@ func (in *inode) endBlockWriteback(blk uint64) {
 	close(ch)
 }
 
+// cachedInRange reports whether any page holding bytes of [off, end) is
+// cached or any block writeback is in flight: invalidating the range could
+// then wait.
+func (in *inode) cachedInRange(off, end int64) bool {
+	if in.pages.Len() == 0 {
+		return in.writebackBusy()
+	}
+	first, last := in.pageRange(off, end)
+	ps := in.pages.Range(first, last)
+	in.pages.ReleaseAll(ps)
+	return len(ps) > 0 || in.writebackBusy()
+}
+
 // writebackBusy reports whether any block writeback is in flight.
 func (in *inode) writebackBusy() bool {
 	in.mu.Lock()

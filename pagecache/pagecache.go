@@ -317,20 +317,26 @@ func (c *Cache) growLocked() {
 //
 // Preconditions: c.mu is held.
 func (c *Cache) evictOneLocked() bool {
-	for e := c.lru.Front(); e != nil; e = c.lru.Front() {
+	// Each entry is looked at once: one whose locks are busy goes to the
+	// back (still evictable, just not now); one that is not evictable
+	// leaves the LRU until its next unlock or release puts it back.
+	for n := c.lru.Len(); n > 0; n-- {
+		e := c.lru.Front()
 		p := e.Value.(*Page)
-		c.lru.Remove(e)
-		p.lruElem = nil
 		// Lock order: Mapping.mu before Cache.mu, so try, and skip a page
 		// whose mapping is busy.
 		m := p.m
 		if !m.mu.TryLock() {
+			c.lru.MoveToBack(e)
 			continue
 		}
 		if !p.mu.TryLock() {
 			m.mu.Unlock()
+			c.lru.MoveToBack(e)
 			continue
 		}
+		c.lru.Remove(e)
+		p.lruElem = nil
 		ok := !p.removed && p.refs == 0 && p.flags&(flagLocked|flagDirty|flagWriteback) == 0
 		if ok {
 			p.removed = true
