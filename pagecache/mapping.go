@@ -63,9 +63,7 @@ func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, e
 		return p, false, nil
 	}
 	c := m.c
-	c.mu.Lock()
-	buf, err := c.getBufferLocked(nowait)
-	c.mu.Unlock()
+	buf, err := c.getBuffer(nowait)
 	if err != nil {
 		return nil, false, err
 	}

@@ -50,7 +50,8 @@
 //	    Page.mu (state and waiters)
 //	      Cache.mu (LRU, counts)
 //
-// Eviction holds Cache.mu and only try-locks a Mapping.mu and a Page.mu.
+// Eviction takes a page off the LRU under Cache.mu, lets go of it, then
+// takes the page's Mapping.mu and Page.mu (and Cache.mu again) in order.
 package pagecache
 
 import (
@@ -248,9 +249,9 @@ func (c *Cache) DirtyMappings() []*Mapping {
 
 // getBuffer returns a page buffer, evicting a clean page or waiting for
 // room when the cache is full.
-//
-// Preconditions: c.mu is held.
-func (c *Cache) getBufferLocked(nowait bool) ([]byte, error) {
+func (c *Cache) getBuffer(nowait bool) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	waited := false
 	var deadline time.Time
 	for {
@@ -266,7 +267,15 @@ func (c *Cache) getBufferLocked(nowait bool) ([]byte, error) {
 			c.growLocked()
 			continue
 		}
-		if c.evictOneLocked() {
+		if e := c.lru.Front(); e != nil {
+			// Evict the least recently used page. Its mapping's lock
+			// comes before c.mu, so let go of c.mu to take it.
+			p := e.Value.(*Page)
+			c.lru.Remove(e)
+			p.lruElem = nil
+			c.mu.Unlock()
+			c.tryEvict(p)
+			c.mu.Lock()
 			continue
 		}
 		if nowait {
@@ -313,47 +322,34 @@ func (c *Cache) growLocked() {
 	c.buffers += n
 }
 
-// evictOneLocked drops the least recently used evictable page.
-//
-// Preconditions: c.mu is held.
-func (c *Cache) evictOneLocked() bool {
-	// Each entry is looked at once: one whose locks are busy goes to the
-	// back (still evictable, just not now); one that is not evictable
-	// leaves the LRU until its next unlock or release puts it back.
-	for n := c.lru.Len(); n > 0; n-- {
-		e := c.lru.Front()
-		p := e.Value.(*Page)
-		// Lock order: Mapping.mu before Cache.mu, so try, and skip a page
-		// whose mapping is busy.
-		m := p.m
-		if !m.mu.TryLock() {
-			c.lru.MoveToBack(e)
-			continue
-		}
-		if !p.mu.TryLock() {
-			m.mu.Unlock()
-			c.lru.MoveToBack(e)
-			continue
-		}
-		c.lru.Remove(e)
-		p.lruElem = nil
-		ok := !p.removed && p.refs == 0 && p.flags&(flagLocked|flagDirty|flagWriteback) == 0
-		if ok {
-			p.removed = true
-			delete(m.pages, p.Index)
-			c.pages--
-			c.stats.removed.Add(1)
-			c.free = append(c.free, p.Data)
-			p.Data = nil
-			c.stats.evictions.Add(1)
-		}
-		p.mu.Unlock()
-		m.mu.Unlock()
-		if ok {
-			return true
-		}
+// tryEvict drops page p, taken off the LRU by the caller, if it is still
+// evictable: clean, unlocked, unreferenced. A page that is not stays off
+// the LRU until its next unlock or release puts it back.
+func (c *Cache) tryEvict(p *Page) {
+	m := p.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.removed || p.refs > 0 || p.flags&(flagLocked|flagDirty|flagWriteback) != 0 {
+		return
 	}
-	return false
+	p.removed = true
+	if m.pages[p.Index] == p {
+		delete(m.pages, p.Index)
+	}
+	c.mu.Lock()
+	if p.lruElem != nil { // put back by a release that raced the caller
+		c.lru.Remove(p.lruElem)
+		p.lruElem = nil
+	}
+	c.pages--
+	c.free = append(c.free, p.Data)
+	c.roomCond.Broadcast()
+	c.mu.Unlock()
+	p.Data = nil
+	c.stats.removed.Add(1)
+	c.stats.evictions.Add(1)
 }
 
 // String describes the cache briefly.
