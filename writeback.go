@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/pagecache"
 )
@@ -42,14 +43,27 @@ func (in *inode) writebackPages(first, last uint64, wait bool) error {
 		}
 		errMu.Unlock()
 	}
+	maxRun := uint64(max(1, maxRunBytes/fs.blockSize))
 	for i := 0; i < len(idxs); {
+		// A run: consecutive blocks that each hold a dirty page.
 		blk := idxs[i] / ppb
+		n := uint64(1)
 		j := i
-		for j < len(idxs) && idxs[j]/ppb == blk {
-			j++
+		for j < len(idxs) {
+			b := idxs[j] / ppb
+			if b == blk+n-1 {
+				j++
+				continue
+			}
+			if b == blk+n && n < maxRun {
+				n++
+				j++
+				continue
+			}
+			break
 		}
 		wg.Add(1)
-		if err := in.writebackBlock(blk, func(err error) {
+		if err := in.writebackRun(blk, n, func(err error) {
 			if err != nil {
 				fail(err)
 			}
@@ -147,21 +161,28 @@ func (in *inode) waitBlocksIdle(first, last uint64) {
 	}
 }
 
-// span is a byte range within a block.
+// span is a byte range within a run of blocks.
 type span struct{ lo, hi int64 }
 
-// writebackBlock writes back the dirty pages of file block blk and calls
-// done exactly once when the writes end. An error returned was also given
-// to done.
-func (in *inode) writebackBlock(blk uint64, done func(error)) error {
+// maxRunBytes caps one writeback run: contiguous dirty blocks go to the
+// device as one request of up to this size.
+const maxRunBytes = 1 << 20
+
+// writebackRun writes back the dirty pages of the n consecutive file blocks
+// from blk, merging what is contiguous on the device into single requests,
+// and calls done exactly once when the writes end. An error returned was
+// also given to done.
+func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 	fs := in.fs
 	ps := int64(fs.cache.PageSize())
 	bs := fs.blockSize
 	ppb := uint64(bs / ps)
-	in.beginBlockWriteback(blk)
+	for b := blk; b < blk+n; b++ { // ascending, so claims cannot deadlock
+		in.beginBlockWriteback(b)
+	}
 	fs.writebacks.begin()
-	pages := in.pages.Range(blk*ppb, blk*ppb+ppb-1)
-	bounce := device.AlignedBuf(int(bs))
+	pages := in.pages.Range(blk*ppb, (blk+n)*ppb-1)
+	bounce := device.AlignedBuf(int(int64(n) * bs))
 	var covered, dirty []span
 	var wb []*pagecache.Page
 	for _, p := range pages {
@@ -190,7 +211,9 @@ func (in *inode) writebackBlock(blk uint64, done func(error)) error {
 		for _, p := range wb {
 			p.EndWriteback(err)
 		}
-		in.endBlockWriteback(blk)
+		for b := blk; b < blk+n; b++ {
+			in.endBlockWriteback(b)
+		}
 		fs.writebacks.end()
 		if err != nil {
 			fs.counters.WritebackErrors.Add(1)
@@ -204,29 +227,31 @@ func (in *inode) writebackBlock(blk uint64, done func(error)) error {
 		release(nil)
 		return nil
 	}
-	// Map the block, allocating it (unwritten) if it is a hole.
+	// Map the run, allocating its holes (unwritten), from the delayed
+	// allocation reservations where the buffered writes made them.
 	in.mu.Lock()
 	m, err := in.extentsLocked()
+	var segs []extmap.Segment
 	if err == nil {
-		if segs := m.Lookup(blk, 1, nil); segs[0].Hole {
-			_, reserved := in.delalloc[blk]
-			err = fs.transact(func(t *txn) error {
-				var r uint64
-				if reserved {
-					r = 1
+		segs = m.Lookup(blk, n, nil)
+		var reserved uint64
+		holes := false
+		for _, sg := range segs {
+			if sg.Hole {
+				holes = true
+				for b := sg.FileBlock; b < sg.FileBlock+sg.Len; b++ {
+					if in.takeDelallocLocked(b) { // used up, or given back on error
+						reserved++
+					}
 				}
-				return in.allocateLocked(t, blk, 1, r)
-			})
-			in.takeDelallocLocked(blk) // used up, or given back on error
+			}
 		}
-	}
-	var seg = struct {
-		dev     int64
-		written bool
-	}{}
-	if err == nil {
-		s := m.Lookup(blk, 1, nil)[0]
-		seg.dev, seg.written = int64(s.DevBlock)*bs, s.State == meta.Written
+		if holes {
+			err = fs.transact(func(t *txn) error { return in.allocateLocked(t, blk, n, reserved) })
+			if err == nil {
+				segs = m.Lookup(blk, n, segs[:0])
+			}
+		}
 	}
 	in.mu.Unlock()
 	if err != nil {
@@ -234,23 +259,38 @@ func (in *inode) writebackBlock(blk uint64, done func(error)) error {
 		return err
 	}
 	b := newBatch(fs)
-	if !seg.written {
-		// Unwritten: the whole block, with zeros wherever no page holds
-		// valid bytes (they read as zeros now).
-		b.add(device.OpWrite, bounce, seg.dev)
-	} else if err := in.planWrittenBlock(b, bounce, seg.dev, covered, dirty); err != nil {
-		release(err)
-		return err
+	var conv []fileRange
+	for _, sg := range segs {
+		lo, hi := int64(sg.FileBlock-blk)*bs, int64(sg.FileBlock-blk+sg.Len)*bs
+		dev := int64(sg.DevBlock) * bs
+		if sg.State != meta.Written {
+			// Unwritten: all of it, with zeros wherever no page holds
+			// valid bytes (they read as zeros now).
+			b.add(device.OpWrite, bounce[lo:hi], dev)
+			conv = append(conv, fileRange{sg.FileBlock, sg.Len})
+			continue
+		}
+		if err := in.planWritten(b, bounce, lo, hi, dev, covered, dirty); err != nil {
+			release(err)
+			return err
+		}
+	}
+	if len(b.reqs) == 0 {
+		release(nil)
+		return nil
 	}
 	b.finish = func(err error) {
-		if err != nil || seg.written {
+		if err != nil || len(conv) == 0 {
 			release(err)
 			return
 		}
 		go func() {
 			in.mu.Lock()
 			cerr := fs.transact(func(t *txn) error {
-				in.ext.Convert(blk, 1, fs.convEpoch.Load(), t.extents(in.ino))
+				epoch := fs.convEpoch.Load()
+				for _, r := range conv {
+					in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
+				}
 				return nil
 			})
 			in.mu.Unlock()
@@ -262,23 +302,25 @@ func (in *inode) writebackBlock(blk uint64, done func(error)) error {
 	return nil
 }
 
-// planWrittenBlock adds the writes of the dirty bytes of a written block
-// (device offset dev) to b, one per run of dirty I/O units. A unit with
-// dirty bytes that is not wholly covered by valid cached bytes is read back
-// from the device first (read-modify-write at the device's I/O unit: only
-// where a unit is neither fully dirty nor fully uptodate).
-func (in *inode) planWrittenBlock(b *ioBatch, bounce []byte, dev int64, covered, dirty []span) error {
+// planWritten adds the writes of the dirty bytes of the written part
+// [lo, hi) of a run (device offset dev) to b, one per run of dirty I/O
+// units. A unit with dirty bytes that is not wholly covered by valid
+// cached bytes is read back from the device first (read-modify-write at
+// the device's I/O unit: only where a unit is neither fully dirty nor
+// fully uptodate).
+func (in *inode) planWritten(b *ioBatch, bounce []byte, lo, hi, dev int64, covered, dirty []span) error {
 	fs := in.fs
 	u := fs.ioUnit
-	n := int64(len(bounce)) / u
+	n := (hi - lo) / u
 	isDirty := make([]bool, n)
 	for _, d := range dirty {
-		for c := d.lo / u; c*u < d.hi; c++ {
-			isDirty[c] = true
+		for c := max(d.lo, lo) / u; c*u < min(d.hi, hi); c++ {
+			isDirty[c-lo/u] = true
 		}
 	}
 	for c := int64(0); c < n; c++ {
-		if !isDirty[c] || spansCover(covered, c*u, (c+1)*u) {
+		ulo := lo + c*u
+		if !isDirty[c] || spansCover(covered, ulo, ulo+u) {
 			continue
 		}
 		tmp := device.AlignedBuf(int(u))
@@ -288,12 +330,12 @@ func (in *inode) planWrittenBlock(b *ioBatch, bounce []byte, dev int64, covered,
 		}
 		// Keep the cached valid bytes; take the rest from the device.
 		for _, s := range covered {
-			lo, hi := max(s.lo, c*u), min(s.hi, (c+1)*u)
-			if lo < hi {
-				copy(tmp[lo-c*u:hi-c*u], bounce[lo:hi])
+			a, z := max(s.lo, ulo), min(s.hi, ulo+u)
+			if a < z {
+				copy(tmp[a-ulo:z-ulo], bounce[a:z])
 			}
 		}
-		copy(bounce[c*u:(c+1)*u], tmp)
+		copy(bounce[ulo:ulo+u], tmp)
 	}
 	for c := int64(0); c < n; {
 		if !isDirty[c] {
@@ -304,7 +346,7 @@ func (in *inode) planWrittenBlock(b *ioBatch, bounce []byte, dev int64, covered,
 		for e < n && isDirty[e] {
 			e++
 		}
-		b.add(device.OpWrite, bounce[c*u:e*u], dev+c*u)
+		b.add(device.OpWrite, bounce[lo+c*u:lo+e*u], dev+c*u)
 		c = e
 	}
 	return nil
