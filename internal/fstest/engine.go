@@ -1,0 +1,278 @@
+package fstest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	sluice "github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/device/memdev"
+	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/volume"
+)
+
+// EngineConfig describes a sluice file system on memory devices.
+type EngineConfig struct {
+	// Name names the target in test output. The default value is
+	// "sluice/" followed by the policy.
+	Name string
+	// DeviceBytes is the size of the (sparse) memory data device. The
+	// default value is 64 MiB.
+	DeviceBytes int64
+	// IOUnit is the data device's I/O unit (memdev.Options.IOUnit): the
+	// alignment O_DIRECT needs. The default value is 512.
+	IOUnit int
+	// BlockSize is the file-system block size
+	// (volume.FormatOptions.BlockSize). The default value is 4096.
+	BlockSize int
+	// Options configures the engine. The default value is the zero
+	// Options (every default).
+	Options sluice.Options
+}
+
+// Engine is a Target over a sluice file system formatted on a memdev data
+// device and an in-memory Pebble, through the engine's path API.
+type Engine struct {
+	name  string
+	mem   *memdev.Device
+	memfs *vfs.MemFS
+	opts  sluice.Options
+	kv    meta.KV
+	fs    *sluice.FS
+	// past sums the counters of the file systems before the last Remount.
+	past sluice.CounterValues
+}
+
+var _ Target = (*Engine)(nil)
+var _ Remounter = (*Engine)(nil)
+
+// NewEngine formats and opens a file system as cfg says.
+func NewEngine(cfg EngineConfig) (*Engine, error) {
+	if cfg.DeviceBytes == 0 {
+		cfg.DeviceBytes = 64 << 20
+	}
+	if cfg.IOUnit == 0 {
+		cfg.IOUnit = 512
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 4096
+	}
+	mem, err := memdev.New(cfg.DeviceBytes, memdev.Options{IOUnit: cfg.IOUnit})
+	if err != nil {
+		return nil, err
+	}
+	memfs := vfs.NewMem()
+	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs, CreateIfMissing: true})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: cfg.BlockSize}); err != nil {
+		kv.Close()
+		return nil, err
+	}
+	if err := kv.Close(); err != nil {
+		return nil, err
+	}
+	e := &Engine{name: cfg.Name, mem: mem, memfs: memfs, opts: cfg.Options}
+	if err := e.open(); err != nil {
+		return nil, err
+	}
+	if e.name == "" {
+		e.name = "sluice/" + e.fs.Policy().String()
+	}
+	return e, nil
+}
+
+func (e *Engine) open() error {
+	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: e.memfs})
+	if err != nil {
+		return err
+	}
+	v, err := volume.Attach(e.mem, kv)
+	if err != nil {
+		kv.Close()
+		return err
+	}
+	opts := e.opts
+	fs, err := sluice.OpenVolume(v, &opts)
+	if err != nil {
+		kv.Close()
+		return err
+	}
+	e.kv, e.fs = kv, fs
+	return nil
+}
+
+// FS returns the file system (it changes at each Remount).
+func (e *Engine) FS() *sluice.FS { return e.fs }
+
+// Remount closes the file system cleanly and opens it again on the same
+// devices. Handles must have been closed.
+func (e *Engine) Remount() error {
+	err := errors.Join(e.fs.Close(), e.kv.Close())
+	e.past = e.Counters()
+	e.fs, e.kv = nil, nil
+	if err != nil {
+		return fmt.Errorf("remount: closing: %w", err)
+	}
+	if err := e.open(); err != nil {
+		return fmt.Errorf("remount: opening: %w", err)
+	}
+	return nil
+}
+
+// Counters returns the engine's counters (FS.Counters) summed over every
+// mount since NewEngine.
+func (e *Engine) Counters() sluice.CounterValues {
+	out := sluice.CounterValues{}
+	for k, v := range e.past {
+		out[k] += v
+	}
+	if e.fs != nil {
+		for k, v := range e.fs.Counters() {
+			out[k] += v
+		}
+	}
+	return out
+}
+
+// Close closes the file system and its devices.
+func (e *Engine) Close() error {
+	var err error
+	if e.fs != nil {
+		err = errors.Join(e.fs.Close(), e.kv.Close())
+		e.fs, e.kv = nil, nil
+	}
+	return errors.Join(err, e.mem.Close())
+}
+
+// Name implements Target.
+func (e *Engine) Name() string { return e.name }
+
+// Open implements Target.
+func (e *Engine) Open(path string, flag int, perm uint32) (Handle, error) {
+	f, err := e.fs.OpenFile(path, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return engineHandle{f}, nil
+}
+
+// Stat implements Target.
+func (e *Engine) Stat(path string) (Stat, error) {
+	a, err := e.fs.Stat(path)
+	return statOfAttr(a), err
+}
+
+// Lstat implements Target.
+func (e *Engine) Lstat(path string) (Stat, error) {
+	a, err := e.fs.Lstat(path)
+	return statOfAttr(a), err
+}
+
+// Mkdir implements Target.
+func (e *Engine) Mkdir(path string, perm uint32) error { return e.fs.Mkdir(path, perm) }
+
+// ReadDir implements Target.
+func (e *Engine) ReadDir(path string) ([]DirEntry, error) {
+	ents, err := e.fs.ReadDir(path)
+	return dirEntriesOf(ents), err
+}
+
+// Unlink implements Target.
+func (e *Engine) Unlink(path string) error { return e.fs.Unlink(path) }
+
+// Rmdir implements Target.
+func (e *Engine) Rmdir(path string) error { return e.fs.Rmdir(path) }
+
+// Rename implements Target.
+func (e *Engine) Rename(oldpath, newpath string, flags uint32) error {
+	return e.fs.Rename(oldpath, newpath, flags)
+}
+
+// Link implements Target.
+func (e *Engine) Link(oldpath, newpath string) error { return e.fs.Link(oldpath, newpath) }
+
+// Symlink implements Target.
+func (e *Engine) Symlink(target, newpath string) error { return e.fs.Symlink(target, newpath) }
+
+// Readlink implements Target.
+func (e *Engine) Readlink(path string) (string, error) { return e.fs.Readlink(path) }
+
+// Chmod implements Target.
+func (e *Engine) Chmod(path string, mode uint32) error { return e.fs.Chmod(path, mode) }
+
+// Chown implements Target.
+func (e *Engine) Chown(path string, uid, gid int) error { return e.fs.Chown(path, uid, gid) }
+
+// Utimes implements Target.
+func (e *Engine) Utimes(path string, atime, mtime time.Time) error {
+	return e.fs.Utimes(path, atime, mtime)
+}
+
+// Truncate implements Target.
+func (e *Engine) Truncate(path string, size int64) error { return e.fs.Truncate(path, size) }
+
+// Getxattr implements Target.
+func (e *Engine) Getxattr(path, name string) ([]byte, error) { return e.fs.Getxattr(path, name) }
+
+// Setxattr implements Target.
+func (e *Engine) Setxattr(path, name string, value []byte, flags int) error {
+	return e.fs.Setxattr(path, name, value, flags)
+}
+
+// Listxattr implements Target.
+func (e *Engine) Listxattr(path string) ([]string, error) { return e.fs.Listxattr(path) }
+
+// Removexattr implements Target.
+func (e *Engine) Removexattr(path, name string) error { return e.fs.Removexattr(path, name) }
+
+// engineHandle adapts *sluice.File to Handle.
+type engineHandle struct{ f *sluice.File }
+
+func (h engineHandle) Pread(p []byte, off int64) (int, error) { return h.f.Pread(p, off, 0) }
+func (h engineHandle) Pwrite(p []byte, off int64) (int, error) {
+	return h.f.Pwrite(p, off, 0)
+}
+
+func (h engineHandle) Read(p []byte) (int, error) {
+	n, err := h.f.Read(p)
+	if err == io.EOF {
+		err = nil
+	}
+	return n, err
+}
+
+func (h engineHandle) Write(p []byte) (int, error)               { return h.f.Write(p) }
+func (h engineHandle) Seek(off int64, whence int) (int64, error) { return h.f.Seek(off, whence) }
+func (h engineHandle) Truncate(size int64) error                 { return h.f.Truncate(size) }
+func (h engineHandle) Fallocate(mode uint32, off, n int64) error { return h.f.Fallocate(mode, off, n) }
+func (h engineHandle) Fsync() error                              { return h.f.Fsync() }
+func (h engineHandle) Fdatasync() error                          { return h.f.Fdatasync() }
+func (h engineHandle) Close() error                              { return h.f.Close() }
+func (h engineHandle) Stat() (Stat, error)                       { a, err := h.f.Stat(); return statOfAttr(a), err }
+func (h engineHandle) ReadDir() ([]DirEntry, error) {
+	e, err := h.f.ReadDir()
+	return dirEntriesOf(e), err
+}
+
+func statOfAttr(a sluice.Attr) Stat {
+	return Stat{
+		Ino: uint64(a.Ino), Mode: a.Mode, Nlink: a.Nlink, Uid: a.Uid, Gid: a.Gid,
+		Size: a.Size, Blocks: a.Blocks, Atime: a.Atime, Mtime: a.Mtime, Ctime: a.Ctime,
+	}
+}
+
+func dirEntriesOf(ents []sluice.DirEntry) []DirEntry {
+	if ents == nil {
+		return nil
+	}
+	out := make([]DirEntry, len(ents))
+	for i, d := range ents {
+		out[i] = DirEntry{Name: d.Name, Type: d.Type}
+	}
+	return out
+}

@@ -1,0 +1,352 @@
+package fstest
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Host is a Target over a directory of the host kernel: the oracle. Calls
+// go straight to the system calls (openat, renameat2, fallocate, lseek
+// with SEEK_DATA/SEEK_HOLE, utimensat, the xattr calls ...) relative to a
+// descriptor of the root directory, so their errnos are the kernel's own.
+// A FUSE test can point it at a sluice mount point.
+//
+// Created files get perm minus the process umask: the tests set the umask
+// to 0. A ".." that climbs above the root leaves it (the kernel does not
+// confine *at calls), so tests must not do that.
+type Host struct {
+	dir  string
+	root int // O_PATH descriptor of dir
+}
+
+var _ Target = (*Host)(nil)
+
+// NewHost returns a Target rooted at directory dir, which must exist.
+func NewHost(dir string) (*Host, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return &Host{dir: dir, root: fd}, nil
+}
+
+// Close releases the root descriptor (not the files).
+func (h *Host) Close() error { return unix.Close(h.root) }
+
+// Name implements Target.
+func (h *Host) Name() string { return "host" }
+
+// rel turns a target path into one relative to the root descriptor.
+func rel(path string) string {
+	if path == "" {
+		return "" // ENOENT, as on Linux
+	}
+	r := strings.TrimLeft(path, "/")
+	if r == "" {
+		return "."
+	}
+	return r
+}
+
+// full returns the host path of a target path, for the calls that have no
+// *at form (truncate, the xattr calls).
+func (h *Host) full(path string) string {
+	r := rel(path)
+	if r == "" {
+		return ""
+	}
+	return h.dir + "/" + r
+}
+
+func pathErr(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &os.PathError{Op: op, Path: path, Err: err}
+}
+
+func linkErr(op, oldpath, newpath string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &os.LinkError{Op: op, Old: oldpath, New: newpath, Err: err}
+}
+
+// Open implements Target.
+func (h *Host) Open(path string, flag int, perm uint32) (Handle, error) {
+	fd, err := unix.Openat(h.root, rel(path), flag|unix.O_CLOEXEC, perm)
+	if err != nil {
+		return nil, pathErr("open", path, err)
+	}
+	return &hostHandle{fd: fd, name: path}, nil
+}
+
+// Stat implements Target.
+func (h *Host) Stat(path string) (Stat, error) { return h.fstatat("stat", path, 0) }
+
+// Lstat implements Target.
+func (h *Host) Lstat(path string) (Stat, error) {
+	return h.fstatat("lstat", path, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+func (h *Host) fstatat(op, path string, flags int) (Stat, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(h.root, rel(path), &st, flags); err != nil {
+		return Stat{}, pathErr(op, path, err)
+	}
+	return statOfUnix(&st), nil
+}
+
+// Mkdir implements Target.
+func (h *Host) Mkdir(path string, perm uint32) error {
+	return pathErr("mkdir", path, unix.Mkdirat(h.root, rel(path), perm))
+}
+
+// ReadDir implements Target.
+func (h *Host) ReadDir(path string) ([]DirEntry, error) {
+	fd, err := unix.Openat(h.root, rel(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, pathErr("readdir", path, err)
+	}
+	return readDirFd(fd, path)
+}
+
+// readDirFd lists directory fd and closes it.
+func readDirFd(fd int, name string) ([]DirEntry, error) {
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	ents, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DirEntry, 0, len(ents))
+	for _, d := range ents {
+		out = append(out, DirEntry{Name: d.Name(), Type: ifmtOf(d.Type())})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+func ifmtOf(m os.FileMode) uint32 {
+	switch {
+	case m&os.ModeDir != 0:
+		return syscall.S_IFDIR
+	case m&os.ModeSymlink != 0:
+		return syscall.S_IFLNK
+	case m&os.ModeNamedPipe != 0:
+		return syscall.S_IFIFO
+	case m&os.ModeSocket != 0:
+		return syscall.S_IFSOCK
+	case m&os.ModeCharDevice != 0:
+		return syscall.S_IFCHR
+	case m&os.ModeDevice != 0:
+		return syscall.S_IFBLK
+	}
+	return syscall.S_IFREG
+}
+
+// Unlink implements Target.
+func (h *Host) Unlink(path string) error {
+	return pathErr("unlink", path, unix.Unlinkat(h.root, rel(path), 0))
+}
+
+// Rmdir implements Target.
+func (h *Host) Rmdir(path string) error {
+	return pathErr("rmdir", path, unix.Unlinkat(h.root, rel(path), unix.AT_REMOVEDIR))
+}
+
+// Rename implements Target.
+func (h *Host) Rename(oldpath, newpath string, flags uint32) error {
+	return linkErr("rename", oldpath, newpath, unix.Renameat2(h.root, rel(oldpath), h.root, rel(newpath), uint(flags)))
+}
+
+// Link implements Target.
+func (h *Host) Link(oldpath, newpath string) error {
+	return linkErr("link", oldpath, newpath, unix.Linkat(h.root, rel(oldpath), h.root, rel(newpath), 0))
+}
+
+// Symlink implements Target.
+func (h *Host) Symlink(target, newpath string) error {
+	return linkErr("symlink", target, newpath, unix.Symlinkat(target, h.root, rel(newpath)))
+}
+
+// Readlink implements Target.
+func (h *Host) Readlink(path string) (string, error) {
+	buf := make([]byte, unix.PathMax+1)
+	n, err := unix.Readlinkat(h.root, rel(path), buf)
+	if err != nil {
+		return "", pathErr("readlink", path, err)
+	}
+	return string(buf[:n]), nil
+}
+
+// Chmod implements Target.
+func (h *Host) Chmod(path string, mode uint32) error {
+	return pathErr("chmod", path, unix.Fchmodat(h.root, rel(path), mode, 0))
+}
+
+// Chown implements Target.
+func (h *Host) Chown(path string, uid, gid int) error {
+	return pathErr("chown", path, unix.Fchownat(h.root, rel(path), uid, gid, 0))
+}
+
+// Utimes implements Target.
+func (h *Host) Utimes(path string, atime, mtime time.Time) error {
+	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
+	return pathErr("utimes", path, unix.UtimesNanoAt(h.root, rel(path), ts, 0))
+}
+
+// Truncate implements Target.
+func (h *Host) Truncate(path string, size int64) error {
+	return pathErr("truncate", path, unix.Truncate(h.full(path), size))
+}
+
+// Getxattr implements Target.
+func (h *Host) Getxattr(path, name string) ([]byte, error) {
+	p := h.full(path)
+	for {
+		n, err := unix.Getxattr(p, name, nil)
+		if err != nil {
+			return nil, pathErr("getxattr", path, err)
+		}
+		buf := make([]byte, n)
+		m, err := unix.Getxattr(p, name, buf)
+		if err == unix.ERANGE {
+			continue // it grew in between
+		}
+		if err != nil {
+			return nil, pathErr("getxattr", path, err)
+		}
+		return buf[:m], nil
+	}
+}
+
+// Setxattr implements Target.
+func (h *Host) Setxattr(path, name string, value []byte, flags int) error {
+	return pathErr("setxattr", path, unix.Setxattr(h.full(path), name, value, flags))
+}
+
+// Listxattr implements Target.
+func (h *Host) Listxattr(path string) ([]string, error) {
+	p := h.full(path)
+	for {
+		n, err := unix.Listxattr(p, nil)
+		if err != nil {
+			return nil, pathErr("listxattr", path, err)
+		}
+		buf := make([]byte, n)
+		m, err := unix.Listxattr(p, buf)
+		if err == unix.ERANGE {
+			continue
+		}
+		if err != nil {
+			return nil, pathErr("listxattr", path, err)
+		}
+		var names []string
+		for _, s := range strings.Split(string(buf[:m]), "\x00") {
+			if s != "" {
+				names = append(names, s)
+			}
+		}
+		sort.Strings(names)
+		return names, nil
+	}
+}
+
+// Removexattr implements Target.
+func (h *Host) Removexattr(path, name string) error {
+	return pathErr("removexattr", path, unix.Removexattr(h.full(path), name))
+}
+
+// hostHandle is a file descriptor; -1 after Close, so that later calls get
+// EBADF from the kernel (and never reach a descriptor reused meanwhile).
+type hostHandle struct {
+	fd   int
+	name string
+}
+
+func (h *hostHandle) Pread(p []byte, off int64) (int, error) {
+	n, err := unix.Pread(h.fd, p, off)
+	return max(n, 0), pathErr("read", h.name, err)
+}
+
+func (h *hostHandle) Pwrite(p []byte, off int64) (int, error) {
+	n, err := unix.Pwrite(h.fd, p, off)
+	return max(n, 0), pathErr("write", h.name, err)
+}
+
+func (h *hostHandle) Read(p []byte) (int, error) {
+	n, err := unix.Read(h.fd, p)
+	return max(n, 0), pathErr("read", h.name, err)
+}
+
+func (h *hostHandle) Write(p []byte) (int, error) {
+	n, err := unix.Write(h.fd, p)
+	return max(n, 0), pathErr("write", h.name, err)
+}
+
+func (h *hostHandle) Seek(off int64, whence int) (int64, error) {
+	pos, err := unix.Seek(h.fd, off, whence)
+	if err != nil {
+		return 0, pathErr("seek", h.name, err)
+	}
+	return pos, nil
+}
+
+func (h *hostHandle) Truncate(size int64) error {
+	return pathErr("truncate", h.name, unix.Ftruncate(h.fd, size))
+}
+
+func (h *hostHandle) Fallocate(mode uint32, off, n int64) error {
+	return pathErr("fallocate", h.name, unix.Fallocate(h.fd, mode, off, n))
+}
+
+func (h *hostHandle) Fsync() error     { return pathErr("fsync", h.name, unix.Fsync(h.fd)) }
+func (h *hostHandle) Fdatasync() error { return pathErr("fdatasync", h.name, unix.Fdatasync(h.fd)) }
+
+func (h *hostHandle) Stat() (Stat, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(h.fd, &st); err != nil {
+		return Stat{}, pathErr("stat", h.name, err)
+	}
+	return statOfUnix(&st), nil
+}
+
+// ReadDir lists the directory through a new open file description (of
+// /proc/self/fd/N), so that the handle's own position does not move.
+func (h *hostHandle) ReadDir() ([]DirEntry, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(h.fd, &st); err != nil {
+		return nil, pathErr("readdir", h.name, err)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", h.fd), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, pathErr("readdir", h.name, err)
+	}
+	return readDirFd(fd, h.name)
+}
+
+func (h *hostHandle) Close() error {
+	err := unix.Close(h.fd)
+	h.fd = -1
+	return pathErr("close", h.name, err)
+}
+
+func statOfUnix(st *unix.Stat_t) Stat {
+	return Stat{
+		Ino: st.Ino, Mode: st.Mode, Nlink: uint32(st.Nlink), Uid: st.Uid, Gid: st.Gid,
+		Size: st.Size, Blocks: st.Blocks,
+		Atime: time.Unix(st.Atim.Sec, st.Atim.Nsec),
+		Mtime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
+		Ctime: time.Unix(st.Ctim.Sec, st.Ctim.Nsec),
+	}
+}
