@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseOnly(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want string
+		err  bool
+	}{
+		{"W1,W3", "W1 W3", false},
+		{"w2, 5", "W2 W5", false},
+		{"W1,W1", "W1", false},
+		{"W6", "", true},
+		{",", "", true},
+	} {
+		got, err := ParseOnly(c.in)
+		if (err != nil) != c.err || strings.Join(got, " ") != c.want {
+			t.Errorf("ParseOnly(%q) = %v, %v; want %q, error %t", c.in, got, err, c.want, c.err)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median of 3 = %v", m)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median of 4 = %v", m)
+	}
+	if !math.IsNaN(median(nil)) {
+		t.Error("median of none is not NaN")
+	}
+}
+
+// TestFioArgs pins the fio command line of each workload shape: the
+// report's traceability rests on it.
+func TestFioArgs(t *testing.T) {
+	f := fioRunner{path: "/usr/bin/fio"}
+	j := sysJob{name: "w3", rw: "randwrite", path: "/d/f", direct: true, ioengine: "io_uring", forceAsync: true, bs: 4096,
+		numjobs: 8, iodepth: 8, size: 1 << 30, runtime: time.Second, ramp: 300 * time.Millisecond, timeBased: true}
+	want := "/usr/bin/fio --name=w3 --filename=/d/f --rw=randwrite --bs=4096 --direct=1 --ioengine=io_uring --force_async=1 --iodepth=8 --numjobs=8 " +
+		"--size=1073741824 --runtime=1000ms --time_based --ramp_time=300ms --norandommap --randrepeat=0 --allow_file_create=0 --fallocate=none --invalidate=1 " +
+		"--group_reporting --output-format=json"
+	if got := f.cmdline(j); got != want {
+		t.Errorf("cmdline:\n got %s\nwant %s", got, want)
+	}
+	j5 := sysJob{name: "w5", rw: "write", path: "/d/g", ioengine: "psync", bs: 512 << 10, numjobs: 1, iodepth: 1, size: 256 << 20,
+		runtime: time.Second, sync: true, endFsync: true}
+	b := strings.Join(f.batchArgs([]sysJob{j, j5}), " ")
+	if !strings.HasPrefix(b, "--group_reporting --output-format=json --name=w3 ") || strings.Count(b, "--stonewall --new_group") != 2 ||
+		!strings.Contains(b, "--name=w5 --filename=/d/g --rw=write --bs=524288 --direct=0 --ioengine=psync --iodepth=1 --numjobs=1 --size=268435456 --runtime=1000ms --sync=1 --end_fsync=1") {
+		t.Errorf("batch args: %s", b)
+	}
+}
+
+func TestParseFio(t *testing.T) {
+	out, err := os.ReadFile("testdata/fio-batch.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := parseFio(append([]byte("note: a notice fio printed first\n"), out...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 || jobs[0].JobName != "w2-bs512" || jobs[1].JobName != "w2-bs4096" {
+		t.Fatalf("jobs %+v", jobs)
+	}
+	r, err := fioResult(jobs[0], sysResult{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.readIOs != jobs[0].Read.TotalIOs || r.writeIOs != jobs[0].Write.TotalIOs || r.elapsed != time.Duration(jobs[0].Read.Runtime)*time.Millisecond {
+		t.Errorf("result %+v from %+v", r, jobs[0])
+	}
+	wantCPU := time.Duration((jobs[0].UsrCPU + jobs[0].SysCPU) / 100 * float64(jobs[0].JobRuntime) * float64(time.Millisecond))
+	if r.cpu != wantCPU || r.cpu <= 0 {
+		t.Errorf("cpu %v, want %v", r.cpu, wantCPU)
+	}
+	m := r.metrics(true)
+	if m["iops"] <= 0 || m["read_iops"]+m["write_iops"] != m["iops"] {
+		t.Errorf("metrics %v", m)
+	}
+	if _, err := parseFio([]byte("fio: file not found")); err == nil {
+		t.Error("parseFio accepted garbage")
+	}
+}
+
+// TestFindAfterJSON checks that a report read back from JSON (numbers as
+// float64) renders the same text as the one in memory.
+func TestFindAfterJSON(t *testing.T) {
+	rep := &Report{Env: Env{Sizing: "test"}}
+	e := Experiment{ID: "W2", Seed: "000"}
+	for _, pol := range w2Policies {
+		for _, bs := range w2BS {
+			e.Rows = append(e.Rows, Row{Target: TargetEngine, Policy: pol.label, Params: map[string]any{"bs": bs},
+				Metrics: map[string]float64{"iops": float64(bs), "read_iops": 1, "write_iops": 2}})
+		}
+	}
+	rep.Experiments = append(rep.Experiments, e)
+	var a, js bytes.Buffer
+	rep.WriteText(&a)
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadJSON(&js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	back.WriteText(&b)
+	if a.String() != b.String() {
+		t.Errorf("text differs after a JSON round trip:\n%s\n---\n%s", a.String(), b.String())
+	}
+	if back.Experiment("W2").Find(TargetEngine, PolicyConcurrent, map[string]any{"bs": 512}) == nil {
+		t.Error("Find fails after JSON")
+	}
+}
+
+func TestAxis(t *testing.T) {
+	for _, c := range []struct{ in, want float64 }{{0.9, 1}, {1.3, 2}, {2.2, 2.5}, {4100, 5000}, {73000, 100000}} {
+		if got := niceCeil(c.in); got != c.want {
+			t.Errorf("niceCeil(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+	a := newAxis([]float64{0.4, 190}, true)
+	if a.lo != 0.1 || a.hi != 1000 {
+		t.Errorf("log axis %+v", a)
+	}
+	if fmtTick(1500) != "1.5k" || fmtTick(2000) != "2k" || fmtTick(0.25) != "0.25" {
+		t.Errorf("ticks %s %s %s", fmtTick(1500), fmtTick(2000), fmtTick(0.25))
+	}
+}

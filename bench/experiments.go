@@ -1,0 +1,669 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/ring"
+)
+
+// The grids: the seeds' parameters, cut to what fits the time budget.
+var (
+	w1BS       = []int{512, 4096, 16384}
+	w1Threads  = []int{1, 2, 4, 8, 16, 32}
+	w2BS       = []int{512, 4096}
+	w2Depth    = 32
+	w2Policies = []enginePolicy{polClassic, without("OptimisticUnalignedWrites"), polConcurrent}
+	w3Layouts  = []string{"per-submitter", "shared"}
+	w4Depths   = []int{1, 2, 4, 8, 16, 32}
+	w5BS       = []int{4 << 10, 32 << 10, 512 << 10}
+	w5Syncs    = []bool{false, true}
+)
+
+// alternate returns pols in order on even repetitions and reversed on
+// odd ones, so that a burst of load on a shared machine does not always
+// hit the same policy first.
+func alternate(rep int, pols []enginePolicy) []enginePolicy {
+	if rep%2 == 0 {
+		return pols
+	}
+	out := make([]enginePolicy, len(pols))
+	for i, p := range pols {
+		out[len(pols)-1-i] = p
+	}
+	return out
+}
+
+// rowSet collects an experiment's rows in the order they first appear.
+type rowSet struct {
+	order []string
+	m     map[string]*rowAcc
+}
+
+func newRowSet() *rowSet { return &rowSet{m: map[string]*rowAcc{}} }
+
+// acc returns the accumulator for key, making its row with mk the first
+// time.
+func (s *rowSet) acc(key string, mk func() Row) *rowAcc {
+	a := s.m[key]
+	if a == nil {
+		a = &rowAcc{row: mk()}
+		s.m[key] = a
+		s.order = append(s.order, key)
+	}
+	return a
+}
+
+func (s *rowSet) rows() []Row {
+	out := make([]Row, 0, len(s.order))
+	for _, k := range s.order {
+		out = append(out, s.m[k].final())
+	}
+	return out
+}
+
+// record adds one repetition's result, or the cell's first error.
+func (a *rowAcc) record(m map[string]float64, err error) {
+	if err != nil {
+		if a.row.Error == "" {
+			a.row.Error = oneLine(err)
+		}
+		return
+	}
+	a.add(m)
+}
+
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
+// cell runs one measured cell with progress reporting.
+func (r *runner) cell(exp, desc string, est time.Duration, fn func() (map[string]float64, error)) (map[string]float64, error) {
+	r.p.begin(exp, desc, est)
+	m, err := fn()
+	if err != nil {
+		r.p.end("error: " + oneLine(err))
+	} else {
+		r.p.end(summary(m))
+	}
+	return m, err
+}
+
+// summary is a cell's one-line result.
+func summary(m map[string]float64) string {
+	var parts []string
+	if v, ok := m["iops"]; ok {
+		parts = append(parts, fmt.Sprintf("%.0f IOPS", v))
+	}
+	if v, ok := m["mib_s"]; ok {
+		parts = append(parts, fmt.Sprintf("%.1f MiB/s", v))
+	}
+	if v, ok := m["device_reads"]; ok {
+		parts = append(parts, fmt.Sprintf("%.0f device reads", v))
+	}
+	if v, ok := m["cpu_ns_per_io"]; ok {
+		parts = append(parts, fmt.Sprintf("%.1f us CPU/IO", v/1000))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// recordOptions keeps each policy's Options string in the environment.
+func (r *runner) recordOptions(label string, e *engineFS) {
+	if r.rep.Env.Options[label] == "" {
+		r.rep.Env.Options[label] = e.options
+	}
+}
+
+// engineParams are the params every engine row carries, plus extra.
+func (r *runner) engineParams(v *engineVol, e *engineFS, extra map[string]any) map[string]any {
+	p := map[string]any{
+		"volume": v.dir, "file": v.file, "file_bytes": v.fileBytes,
+		"block_size": v.blockSize, "io_unit": v.ioUnit,
+		"cell_s": r.sz.Cell.Seconds(), "warmup_s": 0.0, "reps": r.sz.Reps,
+	}
+	if e != nil {
+		p["options"], p["device"] = e.options, e.device
+	}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+// peerCell runs job j on peer p: cold first if asked, with the block
+// device's reads counted around it.
+func (r *runner) peerCell(ctx context.Context, exp, desc string, p *peer, j sysJob, cold, both bool, est time.Duration) (map[string]float64, string, string, error) {
+	var cmdline, coldHow string
+	m, err := r.cell(exp, desc, est, func() (map[string]float64, error) {
+		if cold {
+			how, err := dropCache(j.path, r.root)
+			if err != nil {
+				return nil, fmt.Errorf("dropping the cache of %s: %w", j.path, err)
+			}
+			coldHow = how
+		}
+		d0 := readDiskStat(p.dev)
+		res, err := p.run.run(ctx, j)
+		cmdline = res.cmdline
+		if err != nil {
+			return nil, err
+		}
+		m := res.metrics(both)
+		if d1 := readDiskStat(p.dev); d0.ok && d1.ok && cold {
+			m["device_reads"] = float64(d1.reads - d0.reads)
+			m["device_read_mib"] = float64(d1.readSectors-d0.readSectors) * 512 / (1 << 20)
+			if res.writeBytes > 0 {
+				m["device_reads_per_mib"] = m["device_reads"] / (float64(res.writeBytes) / (1 << 20))
+			}
+		}
+		return m, nil
+	})
+	return m, cmdline, coldHow, err
+}
+
+// peerParams are the params every peer row carries, plus extra.
+func (r *runner) peerParams(p *peer, cmdline, cold string, extra map[string]any) map[string]any {
+	m := map[string]any{"dir": p.dir, "fstype": p.info.FSType, "runner": p.run.name(), "cmdline": cmdline,
+		"cell_s": r.sz.Cell.Seconds(), "reps": r.sz.PeerReps, "device_exclusive": p.devExclusive}
+	if p.info.Device != "" {
+		m["device"] = p.info.Device
+	}
+	if cold != "" {
+		m["cold"] = cold
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+// peerJob is one peer cell: its job, its row and its progress label.
+type peerJob struct {
+	j    sysJob
+	desc string
+	acc  *rowAcc
+}
+
+// runPeer runs cells on peer p: one by one, or, when batch is set and
+// the runner can, in one invocation (fio's fixed start-up cost, 0.5-1 s
+// here, would otherwise dwarf short cells). cold drops the file's cached
+// pages first: before each cell, or once before a batch, whose jobs fio
+// starts with invalidate=1 (fadvise DONTNEED of the file). A batch loses
+// the per-cell device counts, so experiments that report device reads
+// do not batch.
+func (r *runner) runPeer(ctx context.Context, exp string, p *peer, cells []peerJob, cold, both, batch bool, estEach time.Duration) {
+	br, ok := p.run.(batchRunner)
+	if !batch || !ok || len(cells) < 2 {
+		for _, c := range cells {
+			m, cmd, how, err := r.peerCell(ctx, exp, c.desc, p, c.j, cold, both, estEach)
+			setPeerParams(c.acc, cmd, how)
+			c.acc.record(m, err)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		return
+	}
+	var descs []string
+	jobs := make([]sysJob, len(cells))
+	for i, c := range cells {
+		jobs[i] = c.j
+		descs = append(descs, c.desc)
+	}
+	r.p.begin(exp, fmt.Sprintf("%s: %d cells in one fio run", p.label, len(cells)), time.Duration(len(cells))*estEach)
+	how := ""
+	var err error
+	if cold {
+		if how, err = dropCache(cells[0].j.path, r.root); err == nil {
+			how = "fio --invalidate=1 at each job's start (fadvise DONTNEED of the file); before the batch: " + how
+		}
+	}
+	var res []sysResult
+	var errs []error
+	if err == nil {
+		res, errs, err = br.runBatch(ctx, jobs)
+	}
+	if err != nil {
+		r.p.endN(len(cells), "error: "+oneLine(err))
+		for _, c := range cells {
+			c.acc.record(nil, err)
+		}
+		return
+	}
+	var sums []string
+	for i, c := range cells {
+		setPeerParams(c.acc, res[i].cmdline, how)
+		if errs[i] != nil {
+			c.acc.record(nil, errs[i])
+			sums = append(sums, c.desc+": error")
+			continue
+		}
+		m := res[i].metrics(both)
+		c.acc.record(m, nil)
+		if exp == "W5" {
+			sums = append(sums, fmt.Sprintf("%s %.1f MiB/s", strings.TrimPrefix(c.desc, p.label+" "), m["mib_s"]))
+		} else {
+			sums = append(sums, fmt.Sprintf("%s %.0f IOPS", strings.TrimPrefix(c.desc, p.label+" "), m["iops"]))
+		}
+	}
+	r.p.endN(len(cells), strings.Join(sums, ", "))
+}
+
+// setPeerParams fills a peer row's cmdline (and cold method) once known.
+func setPeerParams(a *rowAcc, cmdline, cold string) {
+	if a.row.Params["cmdline"] == "" && cmdline != "" {
+		a.row.Params["cmdline"] = cmdline
+	}
+	if cold != "" {
+		a.row.Params["cold"] = cold
+	}
+}
+
+// failAll records err in the rows keys name, making them with mk.
+func failAll(rs *rowSet, keys []string, mk func(key string) Row, err error) {
+	for _, k := range keys {
+		rs.acc(k, func() Row { return mk(k) }).record(nil, err)
+	}
+}
+
+// W1 (seed 001): O_DIRECT sequential reads of one file.
+func (r *runner) w1(ctx context.Context) Experiment {
+	sz := r.sz
+	e := Experiment{ID: "W1", Seed: "001", Title: "seqrd: O_DIRECT sequential reads of one file by 1-32 readers",
+		SeedNumbers: seed001Caption,
+		Workload: fmt.Sprintf("One fully written %d MiB file; N readers each read their own 1/N of it sequentially with O_DIRECT, bs at a time (wrapping at its end). "+
+			"Engine: one goroutine per reader calling File.ReadAt on one O_DIRECT File. Peers: fio --rw=read --direct=1 --ioengine=psync --numjobs=N --offset_increment=size/N, every cell a stonewalled job of one fio run (fio's ramp_time is the warm-up). "+
+			"%v measured after %v of warm-up, median of %d runs (peers: %d).", sz.DataBytes>>20, sz.Cell, sz.Warmup, sz.Reps, sz.PeerReps),
+		Notes: []string{"Classic takes the I/O lock exclusive for every direct read and waits for in-flight direct I/O (the 2011 kernel); concurrent takes it shared (seed 001's fix). No other seed toggle affects direct reads, so classic vs concurrent isolates seed 001."},
+	}
+	rs := newRowSet()
+	for rep := 0; rep < max(sz.Reps, sz.PeerReps); rep++ {
+		if rep < sz.Reps {
+			for _, pol := range alternate(rep, []enginePolicy{polClassic, polConcurrent}) {
+				key := func(bs, n int) string { return fmt.Sprintf("engine|%s|%d|%d", pol.label, bs, n) }
+				mk := func(ef *engineFS, bs, n int) Row {
+					return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
+						"bs": bs, "threads": n, "region_bytes": sz.DataBytes / int64(n) / int64(bs) * int64(bs),
+						"warmup_s": sz.Warmup.Seconds(),
+						"workload": fmt.Sprintf("W1 engine: %d goroutines x File.ReadAt(%d B) sequential in own region, O_DIRECT", n, bs)})}
+				}
+				ef, err := r.main.open(pol.pol)
+				var f *sluice.File
+				if err == nil {
+					r.recordOptions(pol.label, ef)
+					if f, err = ef.fs.OpenFile(r.main.file, sluice.O_RDONLY|sluice.O_DIRECT, 0); err != nil {
+						ef.close()
+					}
+				}
+				if err != nil {
+					for _, bs := range w1BS {
+						for _, n := range w1Threads {
+							rs.acc(key(bs, n), func() Row { return mk(nil, bs, n) }).record(nil, err)
+						}
+					}
+					continue
+				}
+				for _, bs := range w1BS {
+					for _, n := range w1Threads {
+						a := rs.acc(key(bs, n), func() Row { return mk(ef, bs, n) })
+						desc := fmt.Sprintf("engine %s bs=%d threads=%d (run %d/%d)", pol.label, bs, n, rep+1, sz.Reps)
+						a.record(r.cell("W1", desc, r.cellEst(true, 20*time.Millisecond), func() (map[string]float64, error) {
+							return runSeqReads(ctx, ef, f, r.main.fileBytes, bs, n, sz.Warmup, sz.Cell)
+						}))
+						if ctx.Err() != nil {
+							break
+						}
+					}
+				}
+				f.Close()
+				if err := ef.close(); err != nil {
+					r.note("W1: closing the engine: %v", err)
+				}
+				if ctx.Err() != nil {
+					e.Rows = rs.rows()
+					return e
+				}
+			}
+		}
+		if rep < sz.PeerReps {
+			for _, p := range r.peers {
+				var cells []peerJob
+				for _, bs := range w1BS {
+					for _, n := range w1Threads {
+						region := sz.DataBytes / int64(n) / int64(bs) * int64(bs)
+						j := sysJob{name: fmt.Sprintf("w1-bs%d-n%d", bs, n), rw: "read", path: p.data, direct: true, ioengine: "psync", bs: bs, numjobs: n, iodepth: 1,
+							size: region, offsetInc: region, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
+						a := rs.acc(fmt.Sprintf("%s|%d|%d", p.label, bs, n), func() Row {
+							return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
+								"bs": bs, "threads": n, "region_bytes": region, "warmup_s": sz.Warmup.Seconds()})}
+						})
+						cells = append(cells, peerJob{j, fmt.Sprintf("%s bs=%d threads=%d", p.label, bs, n), a})
+					}
+				}
+				r.runPeer(ctx, "W1", p, cells, false, false, true, r.cellEst(true, r.peerFixed(false)))
+				if ctx.Err() != nil {
+					e.Rows = rs.rows()
+					return e
+				}
+			}
+		}
+	}
+	e.Rows = rs.rows()
+	return e
+}
+
+// W2 (seed 000): random read/write O_DIRECT at depth 32, 512 B and 4 KiB.
+func (r *runner) w2(ctx context.Context) Experiment {
+	sz := r.sz
+	e := Experiment{ID: "W2", Seed: "000", Title: "randrw O_DIRECT at queue depth 32 on a fully written file, 512 B and 4 KiB",
+		SeedNumbers: seed000Caption,
+		Workload: fmt.Sprintf("One fully written %d MiB file; random bs-aligned offsets, 50%% reads / 50%% writes, O_DIRECT, %d I/Os in flight. "+
+			"Engine: %d goroutines, each with one File.ReadAt/WriteAt in flight (not the ring: its per-inode hashing of punted writes would mix seed 002's effect into this one). "+
+			"Peers: fio --rw=randrw --direct=1 --ioengine=libaio --iodepth=32 (one job). %v measured after %v of warm-up, median of %d runs (peers: %d).",
+			sz.DataBytes>>20, w2Depth, w2Depth, sz.Cell, sz.Warmup, sz.Reps, sz.PeerReps),
+		Notes: []string{"The engine volume has 4 KiB blocks and a 512 B device I/O unit, so 512 B writes are sub-block writes. " +
+			"Classic: every sub-block write exclusive + drain, and every direct read exclusive (seed 001's toggle is off too). " +
+			"'concurrent w/o 000' is the concurrent policy with only OptimisticUnalignedWrites off: seed 000's own before/after, with shared direct reads as in the 2021 kernel."},
+	}
+	rs := newRowSet()
+	for rep := 0; rep < max(sz.Reps, sz.PeerReps); rep++ {
+		if rep < sz.Reps {
+			for _, pol := range alternate(rep, w2Policies) {
+				key := func(bs int) string { return fmt.Sprintf("engine|%s|%d", pol.label, bs) }
+				mk := func(ef *engineFS, bs int) Row {
+					return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
+						"bs": bs, "depth": w2Depth, "policy_fields": pol.pol.String(), "warmup_s": sz.Warmup.Seconds(),
+						"workload": fmt.Sprintf("W2 engine: %d goroutines x random File.ReadAt/WriteAt(%d B) 50/50, O_DIRECT", w2Depth, bs)})}
+				}
+				ef, err := r.main.open(pol.pol)
+				var f *sluice.File
+				if err == nil {
+					r.recordOptions(pol.label, ef)
+					if f, err = ef.fs.OpenFile(r.main.file, sluice.O_RDWR|sluice.O_DIRECT, 0); err != nil {
+						ef.close()
+					}
+				}
+				if err != nil {
+					for _, bs := range w2BS {
+						rs.acc(key(bs), func() Row { return mk(nil, bs) }).record(nil, err)
+					}
+					continue
+				}
+				for _, bs := range w2BS {
+					a := rs.acc(key(bs), func() Row { return mk(ef, bs) })
+					desc := fmt.Sprintf("engine %s bs=%d QD%d (run %d/%d)", pol.label, bs, w2Depth, rep+1, sz.Reps)
+					a.record(r.cell("W2", desc, r.cellEst(true, 20*time.Millisecond), func() (map[string]float64, error) {
+						return runRandRW(ctx, ef, f, r.main.fileBytes, bs, w2Depth, sz.Warmup, sz.Cell)
+					}))
+					if ctx.Err() != nil {
+						break
+					}
+				}
+				f.Close()
+				if err := ef.close(); err != nil {
+					r.note("W2: closing the engine: %v", err)
+				}
+				if ctx.Err() != nil {
+					e.Rows = rs.rows()
+					return e
+				}
+			}
+		}
+		if rep < sz.PeerReps {
+			for _, p := range r.peers {
+				var cells []peerJob
+				for _, bs := range w2BS {
+					j := sysJob{name: fmt.Sprintf("w2-bs%d", bs), rw: "randrw", path: p.data, direct: true, ioengine: "libaio", bs: bs, numjobs: 1, iodepth: w2Depth,
+						size: sz.DataBytes, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
+					a := rs.acc(fmt.Sprintf("%s|%d", p.label, bs), func() Row {
+						return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
+							"bs": bs, "depth": w2Depth, "warmup_s": sz.Warmup.Seconds()})}
+					})
+					cells = append(cells, peerJob{j, fmt.Sprintf("%s bs=%d QD%d", p.label, bs, w2Depth), a})
+				}
+				r.runPeer(ctx, "W2", p, cells, false, true, true, r.cellEst(true, r.peerFixed(false)))
+				if ctx.Err() != nil {
+					e.Rows = rs.rows()
+					return e
+				}
+			}
+		}
+	}
+	e.Rows = rs.rows()
+	return e
+}
+
+// W3 (seed 002): 8 submitters x depth 8 random 4 KiB O_DIRECT writes to
+// one file through the ring, every write punted: hashed vs parallel.
+func (r *runner) w3(ctx context.Context) Experiment {
+	sz := r.sz
+	e := Experiment{ID: "W3", Seed: "002", Title: "8 submitters x depth 8, 4 KiB O_DIRECT random writes to one file, forced punting: hashed vs parallel",
+		SeedNumbers: seed002Caption,
+		Workload: fmt.Sprintf("One fully written %d MiB file; 8 submitters each keep 8 random 4 KiB O_DIRECT writes in flight through the ring "+
+			"(ring.RunRandomWrites, ForceAsync: every write goes to the worker pool, as io_uring's IOSQE_ASYNC). "+
+			"'per-submitter': each submitter has its own ring and pool (as each fio job has its own io-wq), so hashing serialises each submitter's writes; "+
+			"'shared': one ring for all, so hashing serialises every write to the file. Peers: fio --ioengine=io_uring --force_async=1 --numjobs=8 --iodepth=8 --rw=randwrite --direct=1 --bs=4k "+
+			"(XFS and ext4 flag O_DIRECT files for parallel writes, so io_uring does not hash them). %v measured after a %v warm-up run, median of %d runs (peers: %d).",
+			sz.DataBytes>>20, sz.Cell, sz.Warmup, sz.Reps, sz.PeerReps),
+		Notes: []string{"Classic = hashed (ParallelDirectWrites off), concurrent = parallel. Aligned writes within EOF take the I/O lock shared under both, so no other toggle matters here."},
+	}
+	rs := newRowSet()
+	for rep := 0; rep < max(sz.Reps, sz.PeerReps); rep++ {
+		if rep < sz.Reps {
+			for _, pol := range alternate(rep, []enginePolicy{polClassic, polConcurrent}) {
+				ef, err := r.main.open(pol.pol)
+				if err == nil {
+					r.recordOptions(pol.label, ef)
+				}
+				for _, layout := range w3Layouts {
+					o := ring.RandomWriteOptions{Submitters: 8, Depth: 8, BlockSize: 4096, Duration: sz.Cell, RingPerSubmitter: layout == "per-submitter"}
+					var ostr string
+					a := rs.acc(fmt.Sprintf("engine|%s|%s", pol.label, layout), func() Row {
+						return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
+							"rings": layout, "submitters": 8, "depth": 8, "bs": 4096, "warmup_s": sz.Warmup.Seconds()})}
+					})
+					if err != nil {
+						a.record(nil, err)
+						continue
+					}
+					desc := fmt.Sprintf("engine %s ring %s (run %d/%d)", pol.label, layout, rep+1, sz.Reps)
+					a.record(r.cell("W3", desc, r.cellEst(true, 60*time.Millisecond), func() (map[string]float64, error) {
+						m, s, err := runRingWrites(ef, r.main.file, o, sz.Warmup)
+						ostr = s
+						return m, err
+					}))
+					if ostr != "" {
+						a.row.Params["workload"] = "ring.RunRandomWrites " + ostr
+					}
+					if ctx.Err() != nil {
+						break
+					}
+				}
+				if ef != nil {
+					if err := ef.close(); err != nil {
+						r.note("W3: closing the engine: %v", err)
+					}
+				}
+				if ctx.Err() != nil {
+					e.Rows = rs.rows()
+					return e
+				}
+			}
+		}
+		if rep < sz.PeerReps {
+			for _, p := range r.peers {
+				j := sysJob{name: "w3", rw: "randwrite", path: p.data, direct: true, ioengine: "io_uring", forceAsync: true, bs: 4096, numjobs: 8, iodepth: 8,
+					size: sz.DataBytes, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
+				a := rs.acc(p.label, func() Row {
+					return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
+						"rings": "per-submitter", "submitters": 8, "depth": 8, "bs": 4096, "warmup_s": sz.Warmup.Seconds()})}
+				})
+				r.runPeer(ctx, "W3", p, []peerJob{{j, p.label + " io_uring 8x8", a}}, false, false, true, r.cellEst(true, r.peerFixed(false)))
+				if ctx.Err() != nil {
+					e.Rows = rs.rows()
+					return e
+				}
+			}
+		}
+	}
+	e.Rows = rs.rows()
+	return e
+}
+
+// W4 (seed 003): random 4 KiB buffered reads of a cold file through the
+// ring at depth 1-32.
+func (r *runner) w4(ctx context.Context) Experiment {
+	sz := r.sz
+	e := Experiment{ID: "W4", Seed: "003", Title: "random 4 KiB buffered reads of a cold file through the ring, depth 1-32",
+		SeedNumbers: seed003Caption,
+		Workload: fmt.Sprintf("One %d MiB file, cold (engine: a fresh sluice.Open per cell, page cache %d MiB); one submitter keeps D random 4 KiB buffered reads in flight through one ring "+
+			"(ring.RunRandomReads, pool of D workers). CPU per I/O is the process's getrusage user+system time over the cell divided by the reads; "+
+			"peak goroutines are the process's (goroutines_base: before the cell), peak blocked workers the ring's. "+
+			"Peers: fio --rw=randread --direct=0 --ioengine=io_uring --iodepth=D --bs=4k --randseed=89, the depths as jobs of one fio run, each starting with --invalidate=1 (the file's cached pages dropped), "+
+			"and the page cache dropped before the run (root); their CPU is fio's per-job usr_cpu+sys_cpu (kernel io_uring workers included, fio's start-up not). "+
+			"%v per cell, no warm-up (it would warm the cache), median of %d runs (peers: %d).", sz.DataBytes>>20, sluice.DefaultCacheSizeBytes>>20, sz.Cell, sz.Reps, sz.PeerReps),
+		Notes: []string{"Classic punts a read that meets a page under I/O to a worker that blocks on it; concurrent arms a retry on the page's unlock (seed 003). No other toggle affects buffered reads.",
+			"The file is larger than the engine's page cache only in the full sizing; a cell's reads cover a small part of it, so most reads miss (cache_hit_pct)."},
+	}
+	rs := newRowSet()
+	for rep := 0; rep < max(sz.Reps, sz.PeerReps); rep++ {
+		if rep < sz.Reps {
+			for _, d := range w4Depths {
+				for _, pol := range alternate(rep+d, []enginePolicy{polClassic, polConcurrent}) {
+					base := goroutines()
+					ef, err := r.main.open(pol.pol)
+					a := rs.acc(fmt.Sprintf("engine|%s|%d", pol.label, d), func() Row {
+						return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
+							"depth": d, "bs": 4096, "cold": "fresh sluice.Open (empty page cache)"})}
+					})
+					if err != nil {
+						a.record(nil, err)
+						continue
+					}
+					r.recordOptions(pol.label, ef)
+					var ostr string
+					desc := fmt.Sprintf("engine %s QD%d cold (run %d/%d)", pol.label, d, rep+1, sz.Reps)
+					a.record(r.cell("W4", desc, r.cellEst(false, 40*time.Millisecond), func() (map[string]float64, error) {
+						m, s, err := runRingReads(ef, r.main.file, ring.RandomReadOptions{Depth: d, BlockSize: 4096, Duration: sz.Cell}, base)
+						ostr = s
+						return m, err
+					}))
+					if ostr != "" {
+						a.row.Params["workload"] = "ring.RunRandomReads " + ostr
+					}
+					if err := ef.close(); err != nil {
+						r.note("W4: closing the engine: %v", err)
+					}
+					if ctx.Err() != nil {
+						e.Rows = rs.rows()
+						return e
+					}
+				}
+			}
+		}
+		if rep < sz.PeerReps {
+			for _, p := range r.peers {
+				var cells []peerJob
+				for _, d := range w4Depths {
+					j := sysJob{name: fmt.Sprintf("w4-qd%d", d), rw: "randread", path: p.data, direct: false, ioengine: "io_uring", bs: 4096, numjobs: 1, iodepth: d,
+						size: sz.DataBytes, runtime: sz.Cell, timeBased: true, randseed: 89}
+					a := rs.acc(fmt.Sprintf("%s|%d", p.label, d), func() Row {
+						return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{"depth": d, "bs": 4096})}
+					})
+					cells = append(cells, peerJob{j, fmt.Sprintf("%s QD%d cold", p.label, d), a})
+				}
+				r.runPeer(ctx, "W4", p, cells, true, false, true, r.cellEst(false, r.peerFixed(true)))
+				if ctx.Err() != nil {
+					e.Rows = rs.rows()
+					return e
+				}
+			}
+		}
+	}
+	e.Rows = rs.rows()
+	return e
+}
+
+// W5 (seed 004): buffered and O_SYNC sequential overwrite of an existing,
+// uncached file, on a 4 KiB and a 64 KiB device I/O unit.
+func (r *runner) w5(ctx context.Context) Experiment {
+	sz := r.sz
+	e := Experiment{ID: "W5", Seed: "004", Title: "buffered and O_SYNC overwrite of an existing uncached file, 4 KiB and 64 KiB device I/O units",
+		SeedNumbers: seed004Caption,
+		Workload: fmt.Sprintf("A fully written %d MiB file, uncached (engine: a fresh sluice.Open per cell), overwritten sequentially from offset 0 with buffered File.WriteAt of bs (O_SYNC or not) "+
+			"until its end or %v, then fsynced; MiB/s counts the fsync (as fio's end_fsync=1). Device reads = CacheReads (pages read before a write) + CacheRMWUnitReads (I/O units read back at writeback). "+
+			"Volumes: 4 KiB blocks with a 4 KiB I/O unit, and 64 KiB blocks with a 64 KiB I/O unit (block-granular, the pNFS block-layout case); the page is 4 KiB on both. "+
+			"Peers: fio --rw=write --direct=0 --ioengine=psync --bs=B [--sync=1] --end_fsync=1 --size=%dm --invalidate=1, after dropping caches; on a device the run made (kernel peers) each cell is its own fio run "+
+			"and its device reads are the device's completed reads (/sys/dev/block/*/stat) during the cell; elsewhere the disk is shared, its counts meaningless, and the cells run as jobs of one fio run. "+
+			"No warm-up (the file must be uncached); median of %d runs (peers: %d).", sz.W5Bytes>>20, sz.Cell, sz.W5Bytes>>20, sz.W5Reps, sz.PeerReps),
+		Notes: []string{"Classic reads every page that is not up to date before writing it (the 4.20 pNFS client); concurrent skips the read when the write covers the page's bytes below EOF or a write of the page is pending (seed 004). No other toggle affects buffered writes."},
+	}
+	rs := newRowSet()
+	for rep := 0; rep < max(sz.W5Reps, sz.PeerReps); rep++ {
+		if rep < sz.W5Reps {
+			for _, v := range []*engineVol{r.u4k, r.u64k} {
+				for _, sync := range w5Syncs {
+					for i, bs := range w5BS {
+						for _, pol := range alternate(rep+i, []enginePolicy{polClassic, polConcurrent}) {
+							ef, err := v.open(pol.pol)
+							a := rs.acc(fmt.Sprintf("engine|%s|%d|%t|%d", pol.label, v.ioUnit, sync, bs), func() Row {
+								return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(v, ef, map[string]any{
+									"bs": bs, "sync": sync, "reps": sz.W5Reps, "cold": "fresh sluice.Open (empty page cache)",
+									"workload": fmt.Sprintf("W5 engine: sequential buffered File.WriteAt(%d B) from 0 (O_SYNC=%t) until EOF or %v, then Fsync", bs, sync, sz.Cell)})}
+							})
+							if err != nil {
+								a.record(nil, err)
+								continue
+							}
+							desc := fmt.Sprintf("engine %s unit=%dK %s bs=%dK (run %d/%d)", pol.label, v.ioUnit>>10, syncName(sync), bs>>10, rep+1, sz.W5Reps)
+							a.record(r.cell("W5", desc, r.cellEst(false, sz.Cell/4+60*time.Millisecond), func() (map[string]float64, error) {
+								return runOverwrite(ctx, ef, v.file, v.fileBytes, bs, sync, sz.Cell)
+							}))
+							if err := ef.close(); err != nil {
+								r.note("W5: closing the engine: %v", err)
+							}
+							if ctx.Err() != nil {
+								e.Rows = rs.rows()
+								return e
+							}
+						}
+					}
+				}
+			}
+		}
+		if rep < sz.PeerReps {
+			for _, p := range r.peers {
+				var cells []peerJob
+				for _, sync := range w5Syncs {
+					for _, bs := range w5BS {
+						j := sysJob{name: fmt.Sprintf("w5-%s-bs%d", syncName(sync), bs), rw: "write", path: p.w5, direct: false, ioengine: "psync", bs: bs, numjobs: 1, iodepth: 1,
+							size: sz.W5Bytes, runtime: sz.Cell, sync: sync, endFsync: true}
+						a := rs.acc(fmt.Sprintf("%s|%t|%d", p.label, sync, bs), func() Row {
+							return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{"bs": bs, "sync": sync})}
+						})
+						cells = append(cells, peerJob{j, fmt.Sprintf("%s %s bs=%dK", p.label, syncName(sync), bs>>10), a})
+					}
+				}
+				// Device reads are only worth counting per cell on a
+				// device of the run's own; elsewhere batch the cells.
+				r.runPeer(ctx, "W5", p, cells, true, false, !p.devExclusive, r.cellEst(false, sz.Cell/4+r.peerFixed(true)))
+				if ctx.Err() != nil {
+					e.Rows = rs.rows()
+					return e
+				}
+			}
+		}
+	}
+	e.Rows = rs.rows()
+	return e
+}
+
+func syncName(sync bool) string {
+	if sync {
+		return "O_SYNC"
+	}
+	return "plain"
+}

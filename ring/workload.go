@@ -1,0 +1,584 @@
+package ring
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/device"
+)
+
+// Workload runners for the seed experiments that measure the ring: W3
+// (seed 002, hashed vs parallel punted direct writes) and W4 (seed 003,
+// async buffered reads). The ring's benchmark tests and `sluice bench`
+// call them; they take an open file system and report one run each.
+
+// PrepareFile makes path a file of size bytes (a multiple of 1 MiB),
+// written once, sequentially, with 1 MiB O_DIRECT writes, then fsynced, so
+// that every block is a written extent and nothing is cached. An existing
+// file of exactly that size is kept as it is.
+func PrepareFile(fs *sluice.FS, path string, size int64) error {
+	const chunk = 1 << 20
+	if size <= 0 || size%chunk != 0 {
+		return fmt.Errorf("ring: PrepareFile: size %d is not a positive multiple of 1 MiB", size)
+	}
+	f, err := fs.OpenFile(path, sluice.O_RDWR|sluice.O_CREAT|sluice.O_DIRECT, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if a, err := f.Stat(); err != nil {
+		return err
+	} else if a.Size == size {
+		return nil
+	}
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	buf := device.AlignedBuf(chunk)
+	rng := rand.New(rand.NewPCG(uint64(size), 3))
+	for off := int64(0); off < size; off += chunk {
+		for i := 0; i < len(buf); i += 8 {
+			v := rng.Uint64()
+			for j := 0; j < 8; j++ {
+				buf[i+j] = byte(v >> (8 * j))
+			}
+		}
+		if _, err := f.WriteAt(buf, off); err != nil {
+			return err
+		}
+	}
+	return f.Fsync()
+}
+
+// PrepareImage makes path a raw image file of size bytes on the host,
+// written once sequentially with O_DIRECT (so that a later random-write
+// benchmark overwrites allocated, written blocks, as the sluice file's
+// are), for fio to run against. An existing file of that size is kept.
+func PrepareImage(path string, size int64) error {
+	const chunk = 1 << 20
+	if st, err := os.Stat(path); err == nil && st.Size() == size {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_DIRECT, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := device.AlignedBuf(chunk)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	for off := int64(0); off < size; off += chunk {
+		if _, err := f.WriteAt(buf[:min(chunk, size-off)], off); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// RandomWriteOptions configures RunRandomWrites and FioRandomWrites
+// (workload W3).
+type RandomWriteOptions struct {
+	// Submitters is the number of submitting goroutines (fio numjobs).
+	// The default value is 8.
+	Submitters int
+	// Depth is the number of writes each submitter keeps in flight (fio
+	// iodepth). The default value is 8.
+	Depth int
+	// BlockSize is the size of each write. The default value is 4096.
+	BlockSize int
+	// Duration is how long writes are submitted. The default value is 5s.
+	Duration time.Duration
+	// Inline lets each write try the inline, non-blocking attempt first.
+	// The default value is false: every write is forced to the pool
+	// (Options.ForceAsync, fio force_async=1), since W3 measures the
+	// pool's per-inode hashing.
+	Inline bool
+	// RingPerSubmitter gives each submitter its own ring, and so its own
+	// worker pool and hashing, as each fio job (each task) has its own
+	// io-wq in the kernel: hashed writes then still run one per
+	// submitter at once. The default value is false: the submitters share
+	// one ring of Submitters*Depth entries, whose pool hashes all their
+	// writes to the file into one chain.
+	RingPerSubmitter bool
+	// Workers is each ring's pool size. The default value is the writes
+	// in flight per ring.
+	Workers int
+	// Seed seeds the offsets. The default value is 1.
+	Seed uint64
+}
+
+func (o *RandomWriteOptions) ensureDefaults() {
+	if o.Submitters == 0 {
+		o.Submitters = 8
+	}
+	if o.Depth == 0 {
+		o.Depth = 8
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = 4096
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.Workers == 0 {
+		o.Workers = o.Submitters * o.Depth
+		if o.RingPerSubmitter {
+			o.Workers = o.Depth
+		}
+	}
+	if o.Seed == 0 {
+		o.Seed = 1
+	}
+}
+
+// String renders the options on one line.
+func (o RandomWriteOptions) String() string {
+	return fmt.Sprintf("submitters=%d depth=%d bs=%d duration=%v inline=%t ring_per_submitter=%t workers=%d seed=%d",
+		o.Submitters, o.Depth, o.BlockSize, o.Duration, o.Inline, o.RingPerSubmitter, o.Workers, o.Seed)
+}
+
+// RandomWriteResult is one run of W3.
+type RandomWriteResult struct {
+	// Options are the options run with, defaults applied.
+	Options RandomWriteOptions
+	// Policy is the engine's policy ("fio" for FioRandomWrites).
+	Policy string
+	// Parallel says whether the file took parallel direct writes (so
+	// the punts were not hashed).
+	Parallel bool
+	// Ops is the number of writes completed; Elapsed the time from the
+	// first submission to the last completion.
+	Ops     int64
+	Elapsed time.Duration
+	// IOPS is Ops per second of Elapsed.
+	IOPS float64
+	// CPUPerOp is the process's user+system CPU time (getrusage) per
+	// write.
+	CPUPerOp time.Duration
+	// SwitchesPerOp is the process's context switches (voluntary and
+	// involuntary, getrusage) per write.
+	SwitchesPerOp float64
+	// MaxDeviceInFlight is the most device I/Os the engine had in flight.
+	MaxDeviceInFlight int64
+	// Ring sums the rings' counters (peaks are the largest ring's).
+	Ring Stats
+}
+
+// RunRandomWrites runs W3 (seed 002) on fs: Submitters goroutines keep
+// Submitters*Depth BlockSize-sized O_DIRECT writes in flight at random
+// aligned offsets of path, a file PrepareFile wrote, through one shared
+// ring (or one ring each), for Duration. Whether the punted writes are
+// hashed per inode depends on fs's policy (Policy.ParallelDirectWrites).
+//
+// With a shared ring each submitter reaps whatever completions it finds
+// and submits one new write for each, so the writes in flight stay at
+// Submitters*Depth whichever goroutine reaped them.
+func RunRandomWrites(fs *sluice.FS, path string, o RandomWriteOptions) (RandomWriteResult, error) {
+	o.ensureDefaults()
+	res := RandomWriteResult{Options: o, Policy: fs.Policy().String()}
+	f, err := fs.OpenFile(path, sluice.O_RDWR|sluice.O_DIRECT, 0)
+	if err != nil {
+		return res, err
+	}
+	defer f.Close()
+	a, err := f.Stat()
+	if err != nil {
+		return res, err
+	}
+	blocks := a.Size / int64(o.BlockSize)
+	if blocks < 1 {
+		return res, fmt.Errorf("ring: RunRandomWrites: %s is smaller than one block", path)
+	}
+	res.Parallel = f.ParallelDirectWrites()
+
+	nrings := 1
+	if o.RingPerSubmitter {
+		nrings = o.Submitters
+	}
+	perRing := o.Submitters * o.Depth / nrings
+	rings := make([]*Ring, nrings)
+	ropts := Options{ForceAsync: !o.Inline, Workers: o.Workers}
+	for i := range rings {
+		if rings[i], err = New(perRing, &ropts); err != nil {
+			return res, err
+		}
+	}
+	defer func() {
+		for _, r := range rings {
+			r.Close()
+		}
+	}()
+	// One buffer per write in flight, found by the tag; the content does
+	// not matter.
+	bufs := make([][]byte, o.Submitters*o.Depth)
+	for i := range bufs {
+		bufs[i] = device.AlignedBuf(o.BlockSize)
+		bufs[i][0] = byte(i)
+	}
+	fs.ResetCounters()
+
+	var ops atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	var failed atomic.Bool
+	fail := func(err error) {
+		errOnce.Do(func() { firstErr = err })
+		failed.Store(true)
+	}
+	// outstanding counts the writes in flight on each ring; a submitter
+	// of a shared ring stops reaping when it reaches zero.
+	outstanding := make([]atomic.Int64, nrings)
+	// drained ends the reapers' waits once every write has completed.
+	drained, allDone := context.WithCancel(context.Background())
+	defer allDone()
+	var ringsDone atomic.Int64
+	deadline := time.Now().Add(o.Duration)
+	ru0 := rusage()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for s := 0; s < o.Submitters; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ri := 0
+			if o.RingPerSubmitter {
+				ri = s
+			}
+			r := rings[ri]
+			rng := rand.New(rand.NewPCG(o.Seed, uint64(s)))
+			submit := func(slot int) bool {
+				off := rng.Int64N(blocks) * int64(o.BlockSize)
+				outstanding[ri].Add(1)
+				if err := r.Write(f, bufs[slot], off, 0, uint64(slot)); err != nil {
+					outstanding[ri].Add(-1)
+					fail(err)
+					return false
+				}
+				return true
+			}
+			for d := 0; d < o.Depth; d++ {
+				if !submit(s*o.Depth + d) {
+					return
+				}
+			}
+			cqes := make([]CQE, o.Depth)
+			for outstanding[ri].Load() > 0 {
+				n, err := r.Wait(drained, 1, cqes)
+				if err != nil && drained.Err() == nil {
+					fail(err)
+					return
+				}
+				for _, c := range cqes[:n] {
+					if c.Err != nil {
+						fail(c.Err)
+					} else {
+						ops.Add(1)
+					}
+					if !failed.Load() && time.Now().Before(deadline) {
+						if submit(int(c.Tag)) {
+							// The new write holds the slot before the
+							// old one leaves the count.
+							outstanding[ri].Add(-1)
+							continue
+						}
+					}
+					if outstanding[ri].Add(-1) == 0 && ringsDone.Add(1) == int64(nrings) {
+						// The last write of the last ring: the other
+						// reapers stop waiting.
+						allDone()
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	use := rusage().sub(ru0)
+	if firstErr != nil {
+		return res, firstErr
+	}
+	res.Ops = ops.Load()
+	res.IOPS = float64(res.Ops) / res.Elapsed.Seconds()
+	if res.Ops > 0 {
+		res.CPUPerOp = use.cpu / time.Duration(res.Ops)
+		res.SwitchesPerOp = float64(use.switches) / float64(res.Ops)
+	}
+	res.MaxDeviceInFlight = fs.Counters()["MaxDeviceInFlight"]
+	for _, r := range rings {
+		res.Ring = addStats(res.Ring, r.Stats())
+	}
+	return res, nil
+}
+
+// FioRandomWrites runs W3's reference: fio's io_uring engine with
+// O_DIRECT random writes of the same shape (numjobs=Submitters,
+// iodepth=Depth, bs=BlockSize, runtime=Duration) on the raw image file
+// image (PrepareImage), with fio at fioPath. Inline and
+// RingPerSubmitter do not apply.
+func FioRandomWrites(fioPath, image string, o RandomWriteOptions) (RandomWriteResult, error) {
+	o.ensureDefaults()
+	res := RandomWriteResult{Options: o, Policy: "fio", Parallel: true}
+	st, err := os.Stat(image)
+	if err != nil {
+		return res, err
+	}
+	args := []string{
+		"--name=w3", "--filename=" + image, "--ioengine=io_uring", "--direct=1",
+		"--rw=randwrite", "--bs=" + strconv.Itoa(o.BlockSize),
+		"--numjobs=" + strconv.Itoa(o.Submitters), "--iodepth=" + strconv.Itoa(o.Depth),
+		"--size=" + strconv.FormatInt(st.Size(), 10), "--time_based",
+		"--runtime=" + strconv.FormatFloat(o.Duration.Seconds(), 'f', -1, 64) + "s",
+		"--group_reporting", "--norandommap", "--randrepeat=0", "--output-format=json",
+	}
+	var out, stderr bytes.Buffer
+	cmd := exec.Command(fioPath, args...)
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return res, fmt.Errorf("ring: fio %v: %v: %s", args, err, stderr.String())
+	}
+	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	var switches int64
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		switches = ru.Nvcsw + ru.Nivcsw
+	}
+	var rep struct {
+		Jobs []struct {
+			Write struct {
+				IOPS     float64 `json:"iops"`
+				TotalIOs int64   `json:"total_ios"`
+				Runtime  int64   `json:"runtime"` // ms
+			} `json:"write"`
+		} `json:"jobs"`
+	}
+	// fio may print notices before the JSON.
+	js := out.Bytes()
+	if i := bytes.IndexByte(js, '{'); i > 0 {
+		js = js[i:]
+	}
+	if err := json.Unmarshal(js, &rep); err != nil || len(rep.Jobs) == 0 {
+		return res, fmt.Errorf("ring: parsing fio's output: %v", err)
+	}
+	j := rep.Jobs[0]
+	res.IOPS = j.Write.IOPS
+	res.Ops = j.Write.TotalIOs
+	res.Elapsed = time.Duration(j.Write.Runtime) * time.Millisecond
+	if res.Ops > 0 {
+		// fio's whole process tree (its job processes were waited for),
+		// including its start-up and the file layout: a slight
+		// overestimate.
+		res.CPUPerOp = cpu / time.Duration(res.Ops)
+		res.SwitchesPerOp = float64(switches) / float64(res.Ops)
+	}
+	return res, nil
+}
+
+// RandomReadOptions configures RunRandomReads (workload W4).
+type RandomReadOptions struct {
+	// Depth is the number of reads kept in flight by the one submitter.
+	// The default value is 32.
+	Depth int
+	// BlockSize is the size of each read, at an aligned offset. The
+	// default value is 4096.
+	BlockSize int
+	// Duration is how long reads are submitted, unless Ops is set. The
+	// default value is 5s.
+	Duration time.Duration
+	// Ops, when set, stops after that many reads instead.
+	Ops int64
+	// Workers is the ring's pool size. The default value is Depth.
+	Workers int
+	// Seed seeds the offsets. The default value is 89 (the seed's fio
+	// randseed).
+	Seed uint64
+}
+
+func (o *RandomReadOptions) ensureDefaults() {
+	if o.Depth == 0 {
+		o.Depth = 32
+	}
+	if o.BlockSize == 0 {
+		o.BlockSize = 4096
+	}
+	if o.Duration == 0 {
+		o.Duration = 5 * time.Second
+	}
+	if o.Workers == 0 {
+		o.Workers = o.Depth
+	}
+	if o.Seed == 0 {
+		o.Seed = 89
+	}
+}
+
+// String renders the options on one line.
+func (o RandomReadOptions) String() string {
+	return fmt.Sprintf("depth=%d bs=%d duration=%v ops=%d workers=%d seed=%d",
+		o.Depth, o.BlockSize, o.Duration, o.Ops, o.Workers, o.Seed)
+}
+
+// RandomReadResult is one run of W4.
+type RandomReadResult struct {
+	// Options are the options run with, defaults applied.
+	Options RandomReadOptions
+	// Policy is the engine's policy.
+	Policy string
+	// Ops is the number of reads completed; Elapsed the time from the
+	// first submission to the last completion; IOPS their ratio.
+	Ops     int64
+	Elapsed time.Duration
+	IOPS    float64
+	// CPUPerOp is the process's user+system CPU time (getrusage) per
+	// read.
+	CPUPerOp time.Duration
+	// SwitchesPerOp is the process's context switches (voluntary and
+	// involuntary, getrusage) per read: the seed's "context switch rate".
+	SwitchesPerOp float64
+	// CacheHits counts reads served from the page cache by the first
+	// inline attempt (no device read, retry or punt).
+	CacheHits int64
+	// PeakGoroutines is the most goroutines of the process, sampled at
+	// every reaped batch.
+	PeakGoroutines int
+	// PeakWorkersBlocked is the most pool workers blocked in the engine
+	// at once (the ring's WorkersBlockedPeak).
+	PeakWorkersBlocked int64
+	// Ring holds the ring's counters.
+	Ring Stats
+}
+
+// RunRandomReads runs W4 (seed 003) on fs: one submitter keeps Depth
+// buffered BlockSize reads in flight at random aligned offsets of path
+// through one ring, for Duration (or Ops reads). For the seed's "cold"
+// runs pass a freshly opened fs (an empty page cache), and a file much
+// larger than the cache. Whether a read that meets a page under I/O arms a
+// retry or punts to a blocking worker depends on fs's policy
+// (Policy.AsyncBufferedReads).
+func RunRandomReads(fs *sluice.FS, path string, o RandomReadOptions) (RandomReadResult, error) {
+	o.ensureDefaults()
+	res := RandomReadResult{Options: o, Policy: fs.Policy().String()}
+	f, err := fs.OpenFile(path, sluice.O_RDONLY, 0)
+	if err != nil {
+		return res, err
+	}
+	defer f.Close()
+	a, err := f.Stat()
+	if err != nil {
+		return res, err
+	}
+	blocks := a.Size / int64(o.BlockSize)
+	if blocks < 1 {
+		return res, fmt.Errorf("ring: RunRandomReads: %s is smaller than one block", path)
+	}
+	r, err := New(o.Depth, &Options{Workers: o.Workers})
+	if err != nil {
+		return res, err
+	}
+	defer r.Close()
+	rng := rand.New(rand.NewPCG(o.Seed, 4))
+	bufs := make([][]byte, o.Depth)
+	for i := range bufs {
+		bufs[i] = device.AlignedBuf(o.BlockSize)
+	}
+	cqes := make([]CQE, o.Depth)
+	deadline := time.Now().Add(o.Duration)
+	submitted := int64(0)
+	more := func() bool {
+		if o.Ops > 0 {
+			return submitted < o.Ops
+		}
+		return submitted&15 != 0 || time.Now().Before(deadline)
+	}
+	submit := func(slot int) error {
+		submitted++
+		return r.Read(f, bufs[slot], rng.Int64N(blocks)*int64(o.BlockSize), 0, uint64(slot))
+	}
+	ru0 := rusage()
+	start := time.Now()
+	inflight := 0
+	for slot := 0; slot < o.Depth && more(); slot++ {
+		if err := submit(slot); err != nil {
+			return res, err
+		}
+		inflight++
+	}
+	peak := runtime.NumGoroutine()
+	for inflight > 0 {
+		n, err := r.Wait(context.Background(), 1, cqes)
+		if err != nil {
+			return res, err
+		}
+		peak = max(peak, runtime.NumGoroutine())
+		for _, c := range cqes[:n] {
+			inflight--
+			if c.Err != nil {
+				return res, c.Err
+			}
+			res.Ops++
+			if c.Flags == CQEInline {
+				res.CacheHits++
+			}
+			if more() {
+				if err := submit(int(c.Tag)); err != nil {
+					return res, err
+				}
+				inflight++
+			}
+		}
+	}
+	res.Elapsed = time.Since(start)
+	use := rusage().sub(ru0)
+	res.IOPS = float64(res.Ops) / res.Elapsed.Seconds()
+	if res.Ops > 0 {
+		res.CPUPerOp = use.cpu / time.Duration(res.Ops)
+		res.SwitchesPerOp = float64(use.switches) / float64(res.Ops)
+	}
+	res.PeakGoroutines = peak
+	res.Ring = r.Stats()
+	res.PeakWorkersBlocked = res.Ring.WorkersBlockedPeak
+	return res, nil
+}
+
+// usage is the process's resource usage so far (getrusage RUSAGE_SELF).
+type usage struct {
+	cpu      time.Duration // user + system
+	switches int64         // voluntary + involuntary context switches
+}
+
+func rusage() usage {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return usage{}
+	}
+	return usage{time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw + ru.Nivcsw}
+}
+
+func (u usage) sub(v usage) usage { return usage{u.cpu - v.cpu, u.switches - v.switches} }
+
+// addStats sums counts and takes the larger peaks.
+func addStats(a, b Stats) Stats {
+	return Stats{
+		Submitted: a.Submitted + b.Submitted, Completed: a.Completed + b.Completed,
+		Inline: a.Inline + b.Inline, Queued: a.Queued + b.Queued,
+		Punts: a.Punts + b.Punts, ForcedPunts: a.ForcedPunts + b.ForcedPunts,
+		HashedPunts: a.HashedPunts + b.HashedPunts, HashedWaits: a.HashedWaits + b.HashedWaits,
+		NoWaitEAGAIN: a.NoWaitEAGAIN + b.NoWaitEAGAIN,
+		RetriesArmed: a.RetriesArmed + b.RetriesArmed, RetriesFired: a.RetriesFired + b.RetriesFired,
+		Canceled: a.Canceled + b.Canceled, RingFull: a.RingFull + b.RingFull,
+		Workers: a.Workers + b.Workers, WorkersPeak: max(a.WorkersPeak, b.WorkersPeak),
+		WorkersBusy: a.WorkersBusy + b.WorkersBusy, WorkersBusyPeak: max(a.WorkersBusyPeak, b.WorkersBusyPeak),
+		WorkersBlocked: a.WorkersBlocked + b.WorkersBlocked, WorkersBlockedPeak: max(a.WorkersBlockedPeak, b.WorkersBlockedPeak),
+	}
+}
