@@ -307,7 +307,10 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 	fs := in.fs
 	drained := false
 	for {
-		size := in.size()
+		in.mu.Lock()
+		size := int64(in.attr.Size)
+		strip := !k.keepPrivs && in.needsPrivStripLocked()
+		in.mu.Unlock()
 		if k.append {
 			k.off = size
 			if err := clampToMaxSize(k); err != nil {
@@ -317,7 +320,6 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 				return mode, errnof(syscall.EINVAL, "O_DIRECT append at unaligned end of file %d", k.off)
 			}
 		}
-		strip := !k.keepPrivs && in.needsPrivStrip()
 		needExcl := k.off > size || strip
 		if needExcl && k.nowait {
 			fs.counters.NoWaitEAGAIN.Add(1)
@@ -356,9 +358,14 @@ func (in *inode) touchMtime() {
 	t := now()
 	in.mu.Lock()
 	in.attr.Mtime, in.attr.Ctime = t, t
+	was := in.attrDirty
 	in.attrDirty = true
 	in.mu.Unlock()
-	in.fs.markDirty(in)
+	if !was {
+		// attrDirty implies membership of the dirty set (persist clears
+		// both under in.mu), so only the first touch takes its lock.
+		in.fs.markDirty(in)
+	}
 }
 
 // submitDirectWrite maps the range (allocating holes as unwritten), drops
@@ -407,9 +414,9 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 // largest end), then drop cached pages of the range again (a buffered read
 // racing the write must not keep stale pages), then end the in-flight
 // count. The caller then syncs for O_DSYNC.
-func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, err error) {
+func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, extends bool, err error) {
 	fs := in.fs
-	if err == nil && (len(conv) > 0 || end > in.size()) {
+	if err == nil && (len(conv) > 0 || extends) {
 		in.mu.Lock()
 		cerr := fs.transact(func(t *txn) error {
 			epoch := fs.convEpoch.Load()
@@ -417,7 +424,7 @@ func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, err error) 
 				in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
 			}
 			if uint64(end) > in.attr.Size {
-				in.attr.Size = uint64(end)
+				in.attr.Size = uint64(end) // never shrinks: racing completions leave the max
 			}
 			t.putInode(&in.attr)
 			in.attrDirty = false
@@ -461,6 +468,9 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool) ([]fil
 		return nil, err
 	}
 	segs := m.Lookup(first, nb, op.segs[:0])
+	// Sizes only grow while the write is in flight (truncate drains), so a
+	// write within the size now needs no size update at completion.
+	op.extends = end > int64(in.attr.Size)
 	holes := false
 	for _, s := range segs {
 		holes = holes || s.Hole

@@ -253,6 +253,7 @@ type dioOp struct {
 	conv     []fileRange // unwritten ranges to convert (writes)
 	mode     iolock.Mode // lock mode held (writes)
 	holdLock bool        // unlock only at completion (writes)
+	extends  bool        // the write ends past the size at submission (writes)
 	segs     [4]extmap.Segment
 	convBuf  [2]fileRange
 	// Completion of a synchronous request.
@@ -279,7 +280,7 @@ func newDioOp(in *inode, k *kiocb) *dioOp {
 func (op *dioOp) free() {
 	op.b.reset()
 	op.in, op.k, op.conv = nil, nil, nil
-	op.write, op.holdLock = false, false
+	op.write, op.holdLock, op.extends = false, false, false
 	op.result.n, op.result.err = 0, nil
 	dioPool.Put(op)
 }
@@ -296,7 +297,7 @@ func (op *dioOp) batchDone(err error) {
 		return
 	}
 	in := op.in
-	if len(op.conv) > 0 || op.k.dsync || op.end > in.size() || in.pages.Len() > 0 {
+	if len(op.conv) > 0 || op.k.dsync || op.extends || in.pages.Len() > 0 {
 		// Work that may block (a metadata commit, a sync, page
 		// invalidation) runs off the device's completion goroutine,
 		// like the kernel's s_dio_done_wq.
@@ -308,7 +309,7 @@ func (op *dioOp) batchDone(err error) {
 
 func (op *dioOp) finishWrite(err error) {
 	in := op.in
-	in.finishDirectWrite(op.off, op.end, op.conv, err)
+	in.finishDirectWrite(op.off, op.end, op.conv, op.extends, err)
 	if err == nil && op.k.dsync {
 		err = in.fs.group.sync()
 	}

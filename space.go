@@ -323,6 +323,13 @@ func (in *inode) seekData(off int64, data bool) (int64, error) {
 func (in *inode) needsPrivStrip() bool {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	return in.needsPrivStripLocked()
+}
+
+// needsPrivStripLocked is needsPrivStrip.
+//
+// Preconditions: in.mu is held.
+func (in *inode) needsPrivStripLocked() bool {
 	if !in.privChecked {
 		mode := in.attr.Mode
 		in.privileged = mode&syscall.S_ISUID != 0 || mode&syscall.S_ISGID != 0 && mode&syscall.S_IXGRP != 0

@@ -20,6 +20,7 @@ type Mapping struct {
 	wbErr error
 
 	ndirty atomic.Int64 // dirty pages
+	npages atomic.Int64 // len(pages), readable without mu
 }
 
 // NewMapping returns an empty mapping for a file.
@@ -31,12 +32,8 @@ func (c *Cache) NewMapping(owner any) *Mapping {
 	return m
 }
 
-// Len returns the number of cached pages.
-func (m *Mapping) Len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.pages)
-}
+// Len returns the number of cached pages (without locking: a snapshot).
+func (m *Mapping) Len() int { return int(m.npages.Load()) }
 
 // DirtyCount returns the number of dirty pages.
 func (m *Mapping) DirtyCount() int64 { return m.ndirty.Load() }
@@ -82,6 +79,7 @@ func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, e
 	clear(buf)
 	p = &Page{m: m, Index: idx, Data: buf, refs: 1, flags: flagLocked}
 	m.pages[idx] = p
+	m.npages.Add(1)
 	c.mu.Lock()
 	c.pages++
 	c.locked++
@@ -159,6 +157,7 @@ func (m *Mapping) Remove(p *Page) {
 		p.removed = true
 		if m.pages[p.Index] == p {
 			delete(m.pages, p.Index)
+			m.npages.Add(-1)
 		}
 		c := m.c
 		c.mu.Lock()
@@ -286,6 +285,7 @@ func (m *Mapping) Drop() {
 		c.mu.Unlock()
 		p.mu.Unlock()
 		delete(m.pages, i)
+		m.npages.Add(-1)
 	}
 	m.mu.Unlock()
 	c.mu.Lock()

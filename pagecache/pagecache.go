@@ -337,6 +337,7 @@ func (c *Cache) tryEvict(p *Page) {
 	p.removed = true
 	if m.pages[p.Index] == p {
 		delete(m.pages, p.Index)
+		m.npages.Add(-1)
 	}
 	c.mu.Lock()
 	if p.lruElem != nil { // put back by a release that raced the caller
