@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicefs/sluice/device/faultdev"
 )
@@ -152,8 +153,19 @@ func TestENOSPC(t *testing.T) {
 			if got, err := os.ReadFile(e.path("small")); err != nil || string(got) != "hello" {
 				t.Fatalf("other file after ENOSPC: %q %v", got, err)
 			}
-			if err := os.WriteFile(e.path("after"), bytes.Repeat([]byte("x"), 1<<20), 0o644); err != nil {
-				t.Fatalf("write after freeing space: %v", err)
+			// The kernel sends RELEASE asynchronously after close(2), and
+			// an unlinked file's blocks are freed at its last release: the
+			// space comes back within moments, not at once.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				err := os.WriteFile(e.path("after"), bytes.Repeat([]byte("x"), 1<<20), 0o644)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, syscall.ENOSPC) || time.Now().After(deadline) {
+					t.Fatalf("write after freeing space: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 			e.checkClean()
 		})
