@@ -53,7 +53,10 @@ func (m *Mapping) Get(idx uint64) *Page {
 
 // GetOrCreate returns page idx with a reference taken. A page it creates
 // is locked and not uptodate, and created is true: the caller fills it (or
-// marks it) and unlocks it. When the cache is full it evicts, or waits for
+// marks it) and unlocks it. Its Data holds arbitrary bytes (buffers are
+// recycled between files without clearing, which would cost as much CPU as
+// a cold read's other work): the caller writes every byte it marks valid,
+// and every byte of a page it marks uptodate. When the cache is full it evicts, or waits for
 // room; with nowait it fails with ErrNoRoom instead of waiting.
 func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, err error) {
 	if p := m.Get(idx); p != nil {
@@ -76,7 +79,6 @@ func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, e
 		c.mu.Unlock()
 		return p, false, nil
 	}
-	clear(buf)
 	p = &Page{m: m, Index: idx, Data: buf, refs: 1, flags: flagLocked}
 	m.pages[idx] = p
 	m.npages.Add(1)
