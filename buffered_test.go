@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -143,6 +144,117 @@ func TestLargeUnitWriteback(t *testing.T) {
 	if got := mustReadAll(t, f); !bytes.Equal(got, model) {
 		t.Fatal("file differs from the model")
 	}
+}
+
+// TestLargeUnitNeighbourPages: on a device with a 64 KiB I/O unit, a unit
+// read for one page fills the unit's other uncached pages too, so small
+// sequential writes cost one unit read per unit, not one per write: the
+// read-modify-write at writeback of O_SYNC 4 KiB writes (concurrent), and
+// the page read before each write (classic). Pages already cached keep
+// their (newer) bytes, and the file equals the model.
+func TestLargeUnitNeighbourPages(t *testing.T) {
+	const unit, n = 64 << 10, 256 << 10
+	cfg := envConfig{ioUnit: unit, blockSize: unit, size: 64 << 20}
+	for _, pol := range []Policy{Concurrent(), Classic()} {
+		t.Run(pol.String(), func(t *testing.T) {
+			e, f := coldFile(t, pol, cfg, n)
+			model := pattern(n, 1)
+			// A page of the second unit is cached and dirty before the
+			// sequential writes reach it: the unit read must not
+			// overwrite it.
+			if _, err := f.WriteAt(pattern(100, 7), unit+3*4096+10); err != nil {
+				t.Fatal(err)
+			}
+			copy(model[unit+3*4096+10:], pattern(100, 7))
+			e.fs.ResetCounters()
+			for off := 0; off < n; off += 4096 {
+				if off == unit+3*4096 {
+					continue
+				}
+				if _, err := f.WriteAt(pattern(4096, byte(off/4096)), int64(off)); err != nil {
+					t.Fatal(err)
+				}
+				copy(model[off:], pattern(4096, byte(off/4096)))
+				if pol.SkipFullPageRMW {
+					if err := f.Fsync(); err != nil { // as O_SYNC
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := f.Fsync(); err != nil {
+				t.Fatal(err)
+			}
+			c := e.fs.Counters()
+			reads := c["CacheReads"] + c["CacheRMWUnitReads"]
+			t.Logf("page reads %d, unit reads at writeback %d, neighbour pages filled %d",
+				c["CacheReads"], c["CacheRMWUnitReads"], c["UnitNeighbourPages"])
+			if reads > n/unit {
+				t.Errorf("%d device reads for %d units, want at most one per unit", reads, n/unit)
+			}
+			if got := mustReadAll(t, f); !bytes.Equal(got, model) {
+				t.Fatal("file differs from the model")
+			}
+		})
+	}
+}
+
+// TestNeighbourPagesVsDirectWrites: buffered readers keep reading (and so
+// filling neighbour pages from unit reads) a unit that a direct writer
+// keeps rewriting; after each direct write returns, a buffered read of any
+// page of the unit sees that write's bytes, never a page filled from a
+// unit read that the write overtook. (Each direct write drops the unit's
+// cached pages, so the readers keep reading the unit again.)
+func TestNeighbourPagesVsDirectWrites(t *testing.T) {
+	const unit = 64 << 10
+	cfg := envConfig{ioUnit: unit, blockSize: unit, size: 64 << 20}
+	e, f := coldFile(t, Concurrent(), cfg, 4*unit)
+	d, err := e.fs.OpenFile("/f", O_RDWR|O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(r), 5))
+			buf := make([]byte, 4096)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := f.ReadAt(buf, unit+rng.Int64N(16)*4096); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	buf := device.AlignedBuf(unit)
+	got := make([]byte, 4096)
+	for v := range 300 {
+		copy(buf, pattern(unit, byte(v)))
+		if _, err := d.WriteAt(buf, unit); err != nil {
+			t.Fatal(err)
+		}
+		pg := rng.Int64N(16)
+		if _, err := f.ReadAt(got, unit+pg*4096); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, buf[pg*4096:(pg+1)*4096]) {
+			t.Fatalf("version %d: buffered read of page %d shows older bytes", v, pg)
+		}
+	}
+	t.Logf("neighbour pages filled: %d", e.fs.Counters()["UnitNeighbourPages"])
 }
 
 // TestMixedBufferedAndDirect: many goroutines write the same file through

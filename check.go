@@ -44,15 +44,18 @@ func (r *CheckReport) add(kind, format string, args ...any) {
 }
 
 // Check makes everything durable, then checks the metadata's consistency
-// (see CheckVolume). Run it on a quiet file system: changes made while it
-// scans may be reported as problems.
+// (see CheckVolume) in a snapshot, so that changes committed while it
+// scans (an unlinked file's last close, say, which removes its inode and
+// its orphan entry together) cannot be half seen.
 func (fs *FS) Check() (*CheckReport, error) {
 	if !fs.opts.ReadOnly && fs.shutdownErr() == nil {
 		if err := fs.SyncAll(); err != nil {
 			return nil, err
 		}
 	}
-	return checkKV(fs.kv, fs.vol.Header)
+	snap := fs.kv.Snapshot()
+	defer snap.Close()
+	return checkKV(snap, fs.vol.Header)
 }
 
 // CheckVolume checks the metadata of a volume that no file system has
@@ -70,7 +73,7 @@ type devRun struct {
 	owner      meta.Ino // 0 for free space
 }
 
-func checkKV(kv meta.KV, h *volume.Header) (*CheckReport, error) {
+func checkKV(kv meta.Reader, h *volume.Header) (*CheckReport, error) {
 	r := &CheckReport{}
 	bs := uint64(h.BlockSize)
 	total := h.DeviceBytes / bs

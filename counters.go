@@ -48,6 +48,7 @@ type Counters struct {
 	BufferedReads           atomic.Int64
 	BufferedWrites          atomic.Int64
 	ReadaheadPages          atomic.Int64
+	UnitNeighbourPages      atomic.Int64 // pages filled from an I/O unit read for another page
 	WritebackErrors         atomic.Int64
 	AsyncReadCallbacksArmed atomic.Int64 // async buffered reads parked on a page
 }

@@ -270,7 +270,7 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 			conv = append(conv, fileRange{sg.FileBlock, sg.Len})
 			continue
 		}
-		if err := in.planWritten(b, bounce, lo, hi, dev, covered, dirty); err != nil {
+		if err := in.planWritten(b, bounce, blk, lo, hi, dev, covered, dirty); err != nil {
 			release(err)
 			return err
 		}
@@ -303,12 +303,12 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 }
 
 // planWritten adds the writes of the dirty bytes of the written part
-// [lo, hi) of a run (device offset dev) to b, one per run of dirty I/O
+// [lo, hi) of a run from file block blk (device offset dev) to b, one per run of dirty I/O
 // units. A unit with dirty bytes that is not wholly covered by valid
 // cached bytes is read back from the device first (read-modify-write at
 // the device's I/O unit: only where a unit is neither fully dirty nor
 // fully uptodate).
-func (in *inode) planWritten(b *ioBatch, bounce []byte, lo, hi, dev int64, covered, dirty []span) error {
+func (in *inode) planWritten(b *ioBatch, bounce []byte, blk uint64, lo, hi, dev int64, covered, dirty []span) error {
 	fs := in.fs
 	u := fs.ioUnit
 	n := (hi - lo) / u
@@ -325,7 +325,11 @@ func (in *inode) planWritten(b *ioBatch, bounce []byte, lo, hi, dev int64, cover
 		}
 		tmp := device.AlignedBuf(int(u))
 		fs.counters.CacheRMWUnitReads.Add(1)
-		if err := fs.dev.ReadAt(tmp, dev+c*u); err != nil {
+		fileLo := int64(blk)*fs.blockSize + ulo
+		nb := in.claimNeighbourPages(fileLo, fileLo+u)
+		err := fs.dev.ReadAt(tmp, dev+c*u)
+		in.fillNeighbourPages(nb, tmp, fileLo, err)
+		if err != nil {
 			return eio(err)
 		}
 		// Keep the cached valid bytes; take the rest from the device.

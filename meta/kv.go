@@ -20,10 +20,27 @@ type KV interface {
 	Scan(start, end []byte, fn func(key, value []byte) error) error
 	// NewTxn starts a write transaction.
 	NewTxn() Txn
+	// Snapshot returns a read-only view of the committed state as of the
+	// call, unchanged by later commits (what a consistency check of a live
+	// file system must read). Close it when done.
+	Snapshot() Snapshot
 	// Sync makes every committed transaction durable.
 	Sync() error
 	// Close releases the engine. Committed but unsynced transactions may be
 	// lost only by a crash, never by Close.
+	Close() error
+}
+
+// Reader is the read side shared by KV, Snapshot and Txn.
+type Reader interface {
+	Get(key []byte) ([]byte, error)
+	Scan(start, end []byte, fn func(key, value []byte) error) error
+}
+
+// Snapshot is a consistent read-only view of a KV. It is safe for
+// concurrent use.
+type Snapshot interface {
+	Reader
 	Close() error
 }
 

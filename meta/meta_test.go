@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -189,4 +190,45 @@ func FuzzKeys(f *testing.F) {
 		_, _, _ = DecodeExtent(k, EncodeExtent(Extent{DevBlock: 1, Len: 1, State: Written}))
 		_, _, _ = DecodeFree(k, EncodeFree(1))
 	})
+}
+
+// TestSnapshot: a snapshot keeps showing the state of its creation while
+// later commits change and delete keys.
+func TestSnapshot(t *testing.T) {
+	kv, err := OpenPebble("db", PebbleOptions{FS: vfs.NewMem(), CreateIfMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kv.Close()
+	tx := kv.NewTxn()
+	tx.Set([]byte("a"), []byte("1"))
+	tx.Set([]byte("b"), []byte("2"))
+	if err := tx.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	snap := kv.Snapshot()
+	defer snap.Close()
+	tx = kv.NewTxn()
+	tx.Delete([]byte("a"))
+	tx.Set([]byte("b"), []byte("3"))
+	tx.Set([]byte("c"), []byte("4"))
+	if err := tx.Commit(false); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := snap.Get([]byte("a")); err != nil || string(v) != "1" {
+		t.Fatalf("snapshot Get(a) = %q, %v; want 1", v, err)
+	}
+	var seen []string
+	if err := snap.Scan([]byte("a"), []byte("z"), func(k, v []byte) error {
+		seen = append(seen, string(k)+"="+string(v))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(seen, " "); got != "a=1 b=2" {
+		t.Fatalf("snapshot scan %q, want \"a=1 b=2\"", got)
+	}
+	if _, err := kv.Get([]byte("a")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("live Get(a) after delete: %v", err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -53,8 +54,11 @@ func OpenPebble(dir string, o PebbleOptions) (KV, error) {
 	return &pebbleKV{db: db}, nil
 }
 
-func (p *pebbleKV) Get(key []byte) ([]byte, error) {
-	v, closer, err := p.db.Get(key)
+func (p *pebbleKV) Get(key []byte) ([]byte, error) { return getReader(p.db, key) }
+
+// getReader returns a copy of the value at key in r, or ErrNotFound.
+func getReader(r pebbleReader, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
 	}
@@ -66,7 +70,9 @@ func (p *pebbleKV) Get(key []byte) ([]byte, error) {
 	return out, nil
 }
 
+// pebbleReader is what a DB, a Snapshot and an indexed Batch share.
 type pebbleReader interface {
+	Get(key []byte) ([]byte, io.Closer, error)
 	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
 }
 
@@ -98,6 +104,16 @@ func (p *pebbleKV) Scan(start, end []byte, fn func(k, v []byte) error) error {
 
 func (p *pebbleKV) NewTxn() Txn { return &pebbleTxn{db: p.db, b: p.db.NewIndexedBatch()} }
 
+func (p *pebbleKV) Snapshot() Snapshot { return pebbleSnapshot{p.db.NewSnapshot()} }
+
+type pebbleSnapshot struct{ s *pebble.Snapshot }
+
+func (s pebbleSnapshot) Get(key []byte) ([]byte, error) { return getReader(s.s, key) }
+func (s pebbleSnapshot) Scan(start, end []byte, fn func(k, v []byte) error) error {
+	return scanReader(s.s, start, end, fn)
+}
+func (s pebbleSnapshot) Close() error { return s.s.Close() }
+
 // Sync writes an empty log record with the Sync option: Pebble syncs the WAL
 // through it, which makes every earlier commit durable. Concurrent Syncs
 // share WAL syncs through Pebble's commit pipeline.
@@ -118,18 +134,7 @@ type pebbleTxn struct {
 	n  int
 }
 
-func (t *pebbleTxn) Get(key []byte) ([]byte, error) {
-	v, closer, err := t.b.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := bytes.Clone(v)
-	closer.Close()
-	return out, nil
-}
+func (t *pebbleTxn) Get(key []byte) ([]byte, error) { return getReader(t.b, key) }
 
 func (t *pebbleTxn) Scan(start, end []byte, fn func(k, v []byte) error) error {
 	return scanReader(t.b, start, end, fn)

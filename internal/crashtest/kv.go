@@ -61,8 +61,9 @@ func (k *RecKV) Get(key []byte) ([]byte, error) { return k.inner.Get(key) }
 func (k *RecKV) Scan(start, end []byte, fn func(key, value []byte) error) error {
 	return k.inner.Scan(start, end, fn)
 }
-func (k *RecKV) NewTxn() meta.Txn { return &recTxn{kv: k, inner: k.inner.NewTxn()} }
-func (k *RecKV) Close() error     { return k.inner.Close() }
+func (k *RecKV) NewTxn() meta.Txn        { return &recTxn{kv: k, inner: k.inner.NewTxn()} }
+func (k *RecKV) Snapshot() meta.Snapshot { return k.inner.Snapshot() }
+func (k *RecKV) Close() error            { return k.inner.Close() }
 
 // Sync makes every commit durable.
 func (k *RecKV) Sync() error {
