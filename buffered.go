@@ -263,7 +263,40 @@ func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
 	return nil
 }
 
-// readRangeInto fills buf (page-sized, page-aligned in the file at pos)
+// readGeneral reads, each run in its own goroutine, the locked pages
+// (ascending) that need readRangeInto: a page whose blocks map to several
+// extents, or any page on a device whose I/O unit is larger than a page.
+// Consecutive pages inside one I/O unit are read together, so readahead
+// reads each unit once rather than once per page. finish is called for
+// every page.
+func (in *inode) readGeneral(pages []*pagecache.Page, finish func(*pagecache.Page, error)) {
+	ps := int64(in.fs.cache.PageSize())
+	u := max(in.fs.ioUnit, ps)
+	unitOf := func(p *pagecache.Page) int64 { return int64(p.Index) * ps / u }
+	for len(pages) > 0 {
+		n := 1
+		for n < len(pages) && pages[n].Index == pages[n-1].Index+1 && unitOf(pages[n]) == unitOf(pages[0]) {
+			n++
+		}
+		run := pages[:n]
+		pages = pages[n:]
+		go func() {
+			buf := run[0].Data
+			if len(run) > 1 {
+				buf = device.AlignedBuf(len(run) * int(ps))
+			}
+			err := in.readRangeInto(buf, int64(run[0].Index)*ps)
+			for i, p := range run {
+				if err == nil && len(run) > 1 {
+					copy(p.Data, buf[int64(i)*ps:])
+				}
+				finish(p, err)
+			}
+		}()
+	}
+}
+
+// readRangeInto fills buf (whole pages, page-aligned in the file at pos)
 // with the file's bytes from the device: holes and unwritten extents are
 // zeros. On a device whose I/O unit is larger than buf, the unit is read
 // into a bounce buffer.
@@ -603,6 +636,7 @@ func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 		}
 		return
 	}
+	var general []*pagecache.Page
 	for _, p := range pages {
 		pos := int64(p.Index) * ps
 		in.mu.Lock()
@@ -618,7 +652,7 @@ func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 				finish(p, nil)
 				continue
 			}
-			go func(p *pagecache.Page) { finish(p, in.readRangeInto(p.Data, pos)) }(p)
+			general = append(general, p)
 			continue
 		}
 		fs.counters.CacheReads.Add(1)
@@ -629,4 +663,5 @@ func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 			finish(p, eio(err))
 		}
 	}
+	in.readGeneral(general, finish)
 }

@@ -198,6 +198,28 @@ func TestLargeUnitNeighbourPages(t *testing.T) {
 	}
 }
 
+// TestLargeUnitReadahead: a cold sequential buffered read on a device with
+// a 64 KiB I/O unit reads each unit once, not once per page.
+func TestLargeUnitReadahead(t *testing.T) {
+	const unit, n = 64 << 10, 1 << 20
+	cfg := envConfig{ioUnit: unit, blockSize: unit, size: 64 << 20}
+	e, f := coldFile(t, Concurrent(), cfg, n)
+	got := make([]byte, n)
+	for off := 0; off < n; off += 8192 {
+		if _, err := f.ReadAt(got[off:off+8192], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got, pattern(n, 1)) {
+		t.Fatal("read differs from the file")
+	}
+	c := e.fs.Counters()
+	t.Logf("unit reads %d, readahead pages %d, neighbour pages %d", c["CacheReads"], c["ReadaheadPages"], c["UnitNeighbourPages"])
+	if c["CacheReads"] > n/unit {
+		t.Errorf("%d device reads for %d units", c["CacheReads"], n/unit)
+	}
+}
+
 // TestNeighbourPagesVsDirectWrites: buffered readers keep reading (and so
 // filling neighbour pages from unit reads) a unit that a direct writer
 // keeps rewriting; after each direct write returns, a buffered read of any
