@@ -1,8 +1,11 @@
 package sluice
 
 import (
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -19,7 +23,10 @@ import (
 // need SLUICE_BENCH=1 (they write a 1 GiB file); `sluice bench` runs the
 // full seed experiments.
 
-func benchVolume(b *testing.B, pol Policy) (*FS, func()) {
+func benchVolume(b *testing.B, pol Policy) (*FS, func()) { return benchVolumeNamed(b, pol, "vol") }
+
+// benchVolumeNamed is benchVolume on the volume SLUICE_BENCH_DIR/name.
+func benchVolumeNamed(b *testing.B, pol Policy, name string) (*FS, func()) {
 	if os.Getenv("SLUICE_BENCH") == "" {
 		b.Skip("set SLUICE_BENCH=1 to run benchmarks on a real volume")
 	}
@@ -27,7 +34,7 @@ func benchVolume(b *testing.B, pol Policy) (*FS, func()) {
 	if dir == "" {
 		dir = "/var/tmp/sluice-bench"
 	}
-	vol := filepath.Join(dir, "vol")
+	vol := filepath.Join(dir, name)
 	if _, err := os.Stat(vol); err != nil {
 		if err := volume.Mkfs(vol, volume.MkfsOptions{Size: 2 << 30}); err != nil {
 			b.Fatal(err)
@@ -189,4 +196,104 @@ func BenchmarkCreateFsync8(b *testing.B) {
 	b.ReportMetric(on, "group_commit_per_s")
 	b.ReportMetric(off, "serial_per_s")
 	b.ReportMetric(on/off, "ratio")
+}
+
+// BenchmarkBufferedRandRead4KQD1 measures cold random 4 KiB buffered reads
+// by one goroutine (queue depth 1) through the engine's page cache, next to
+// fio --rw=randread --direct=0 --ioengine=psync reading the same blocks
+// straight from the volume's image file: both read the largest extent of
+// the 1 GiB file (fio with --offset/--size on it, and --invalidate=1 so
+// that it starts cold too). Reading the same blocks matters on a virtual
+// disk: the host caches what was read or written recently, so another file
+// would see another latency. The two alternate in slices; medians are
+// reported.
+func BenchmarkBufferedRandRead4KQD1(b *testing.B) {
+	fio, err := exec.LookPath("fio")
+	if err != nil {
+		b.Skip("fio not installed: no reference to compare with")
+	}
+	fs, done := benchVolume(b, Concurrent())
+	dir := fs.vol.Dir
+	f, err := fs.OpenFile("/data", O_RDONLY, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.in.mu.Lock()
+	m, err := f.in.extentsLocked()
+	var big extmap.Extent
+	if err == nil {
+		for _, x := range m.Extents() {
+			if x.Len > big.Len {
+				big = x
+			}
+		}
+	}
+	f.in.mu.Unlock()
+	f.Close()
+	done()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const bs = 4096
+	const slice = 2 * time.Second
+	seed := uint64(time.Now().UnixNano())
+	engine := func() float64 {
+		fs, err := Open(dir, nil) // a fresh Open: an empty page cache
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer fs.Close()
+		f, err := fs.OpenFile("/data", O_RDONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		seed++
+		rng := rand.New(rand.NewPCG(seed, 1))
+		rate, err := runParallel(1, slice, func(*rand.Rand) error {
+			var buf [4096]byte
+			_, err := f.ReadAt(buf[:], int64(big.FileBlock+rng.Uint64N(big.Len))*bs)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return rate
+	}
+	fioRate := func() float64 {
+		seed++
+		out, err := exec.Command(fio, "--name=x", "--filename="+filepath.Join(dir, "data"),
+			fmt.Sprintf("--offset=%d", big.DevBlock*bs), fmt.Sprintf("--size=%d", big.Len*bs), fmt.Sprintf("--randseed=%d", seed%1000000),
+			"--rw=randread", "--direct=0", "--ioengine=psync", "--bs=4k", "--iodepth=1", "--invalidate=1",
+			"--time_based", fmt.Sprintf("--runtime=%dms", slice.Milliseconds()), "--output-format=json").Output()
+		if err != nil {
+			b.Fatalf("fio: %v", err)
+		}
+		var res struct {
+			Jobs []struct {
+				Read struct {
+					IOPS float64 `json:"iops"`
+				} `json:"read"`
+			} `json:"jobs"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) != 1 {
+			b.Fatalf("fio output: %v", err)
+		}
+		return res.Jobs[0].Read.IOPS
+	}
+	var eng, ref, ratio []float64
+	for round := range 5 {
+		var e, f float64
+		if round%2 == 0 {
+			e, f = engine(), fioRate()
+		} else {
+			f, e = fioRate(), engine()
+		}
+		eng, ref, ratio = append(eng, e), append(ref, f), append(ratio, e/f)
+	}
+	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(med(eng), "engine_iops")
+	b.ReportMetric(med(ref), "fio_psync_iops")
+	b.ReportMetric(med(ratio), "ratio")
+	b.ReportMetric(float64(big.Len*bs>>20), "MiB_read_from")
 }
