@@ -10,16 +10,8 @@ import (
 	"github.com/sluicefs/sluice"
 )
 
-// Tests that showed engine bugs and missing features found while writing
-// fusefs (see /work/notes/bugs-fusefs.md). Those still open run only with
-// SLUICE_ENGINE_BUGS=1; the fixed ones always run.
-
-func requireEngineBugs(t *testing.T) {
-	t.Helper()
-	if os.Getenv("SLUICE_ENGINE_BUGS") == "" {
-		t.Skip("shows an engine bug (bugs-fusefs.md); set SLUICE_ENGINE_BUGS=1 to run")
-	}
-}
+// Regression tests of engine bugs and missing features found while
+// writing fusefs, all fixed.
 
 // TestEngineDirParent: the inode API should give a directory's parent,
 // for the ".." entry of READDIR.

@@ -164,7 +164,7 @@ func TestAsyncReadPersistentError(t *testing.T) {
 				// system can finish, then report.
 				inj.Remove()
 				reap(t, r, 1)
-				t.Skipf("ENGINE BUG (see /work/notes/bugs-ring.md, bug 1): a buffered read of a page whose device read fails every time never completes; the engine re-read it %d times in 1 s", inj.Injected())
+				t.Fatalf("a buffered read of a page whose device read fails every time did not complete; the engine re-read it %d times in 1 s", inj.Injected())
 			}
 			if c := out[0]; !errors.Is(c.Err, syscall.EIO) || c.Res != 0 {
 				t.Fatalf("read: %+v, want EIO", c)

@@ -102,8 +102,9 @@
 // page under I/O completes at once with the partial count, as the kernel's
 // filemap_read does. A page whose read failed is dropped by the engine and
 // re-read by the retry; after three armed attempts the read is punted (a
-// livelock guard; see /work/notes/bugs-ring.md, bug 1). Under the classic
-// policy the same read is punted and a worker blocks on the page.
+// livelock guard: a device that fails every read must end the read with
+// EIO, not re-read for ever). Under the classic policy the same read is
+// punted and a worker blocks on the page.
 //
 // The completion context is where retries run, and never a pool worker.
 // Without a callback it is the reaping goroutine: a goroutine waiting in

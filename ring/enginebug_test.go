@@ -13,8 +13,8 @@ import (
 	"github.com/sluicefs/sluice/device/faultdev"
 )
 
-// Engine bug 2 (/work/notes/bugs-ring.md): the page cache loses clean pages
-// from its LRU when eviction meets a busy mapping, so a full cache of
+// Regression test for an engine bug (fixed): the page cache lost clean pages
+// from its LRU when eviction met a busy mapping, so a full cache of
 // clean, idle pages cannot make room: blocking creators wait (up to
 // 100 ms each, failing after 30 s with "page cache full"), and the ring's
 // non-blocking attempts get EAGAIN and punt to a worker that blocks, even
@@ -65,11 +65,11 @@ func TestEngineBugEvictionLosesCleanPages(t *testing.T) {
 	}
 	c := e.fs.Counters()
 	if w := c["CacheRoomWaits"]; w > 0 {
-		t.Skipf("ENGINE BUG 2 (see /work/notes/bugs-ring.md): %d waits for room in a cache of clean pages (%d evictions)", w, c["CacheEvictions"])
+		t.Fatalf("%d waits for room in a cache of clean pages (%d evictions): eviction lost clean pages", w, c["CacheEvictions"])
 	}
 }
 
-// Engine bug 3 (/work/notes/bugs-ring.md): a dirty page is written back
+// Regression test for an engine bug (fixed): a dirty page was written back
 // again while an earlier writeback of it is still in flight, and the two
 // device writes are not ordered: when the older one lands last, the device
 // keeps stale data although the page is clean, so the newer write is lost
@@ -121,12 +121,12 @@ func TestEngineBugConcurrentWritebacksOfOnePage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(buf, v2) {
-		t.Skip("ENGINE BUG 3 (see /work/notes/bugs-ring.md): the device holds the older writeback's data (v1) after the newer one (v2); the last write is lost")
+		t.Fatal("the device holds the older writeback's data (v1) after the newer one (v2): the last write is lost")
 	}
 }
 
-// Engine bug 4 (/work/notes/bugs-ring.md): the non-blocking (NOWAIT)
-// attempts behind ReadAsync and WriteAsync can block, so Ring.Submit,
+// Regression test for an engine bug (fixed): the non-blocking (NOWAIT)
+// attempts behind ReadAsync and WriteAsync could block, so Ring.Submit,
 // which runs them on the caller's goroutine, blocks too:
 //
 //   - a direct write locks every cached page of its range to drop it, and
@@ -170,7 +170,7 @@ func TestEngineBugNoWaitAttemptsBlock(t *testing.T) {
 			case <-time.After(time.Second):
 				g.Open()
 				<-submitted
-				t.Skip("ENGINE BUG 4 (see /work/notes/bugs-ring.md): the inline NOWAIT attempt blocked Submit until device I/O completed")
+				t.Fatal("the inline NOWAIT attempt blocked Submit until device I/O completed")
 			}
 			g.Open()
 		})

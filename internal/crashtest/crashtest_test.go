@@ -21,7 +21,7 @@ var (
 )
 
 // knownFailures lists the seeds that fail because of an engine bug already
-// described in /work/notes/bugs-crashtest.md; the campaign logs them
+// described in its issue; the campaign logs them
 // instead of failing. Remove a seed once its bug is fixed.
 var knownFailures = map[uint64]string{}
 
@@ -31,7 +31,7 @@ var knownFailures = map[uint64]string{}
 // bug is fixed.
 func knownSignature(f *Failure) string {
 	// None: concurrent writebacks of one block are serialised now
-	// (bugs-crashtest.md #2/#3 fixed).
+	// (the lost-write bugs this recognised are fixed).
 	return ""
 }
 

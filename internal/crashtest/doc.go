@@ -87,6 +87,6 @@
 // explicit op sequences and crashes them with every combination of fates
 // (CrashAll): the targeted tests are scripts. Seeds and tests that fail
 // because of an engine bug already described in
-// /work/notes/bugs-crashtest.md are listed in knownFailures and knownBugs
+// the issue tracker are listed in knownFailures and knownBugs
 // (test files) and log instead of failing.
 package crashtest

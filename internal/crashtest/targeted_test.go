@@ -31,7 +31,7 @@ func do(t *testing.T, s *Script, ops ...Op) {
 }
 
 // knownBugs maps a targeted test (top-level name) to the entry of
-// /work/notes/bugs-crashtest.md that makes it fail: such a test logs what
+// the issue tracker that makes it fail: such a test logs what
 // it finds instead of failing. Remove the entry once the bug is fixed (the
 // test says so when it no longer reproduces).
 var knownBugs = map[string]string{}

@@ -51,7 +51,7 @@
 //
 // # Known bugs
 //
-// Engine bugs the tests found are described in /work/notes/bugs-fstest.md
+// Engine bugs the tests found are described in the issue tracker
 // as B1, B2, .... A POSIX case marked with bug: "Bn" logs its difference
 // instead of failing, and fails once the difference is gone so that the
 // mark goes with the fix; the metamorphic generator steers around the

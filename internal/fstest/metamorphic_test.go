@@ -73,7 +73,7 @@ func configFor(seed uint64) metaConfig {
 }
 
 // metamorphicKnownBugs lists the known engine bugs (entries of
-// /work/notes/bugs-fstest.md) that the generator steers around: skip
+// the issue tracker) that the generator steers around: skip
 // returns true for a candidate op that would trigger the bug. Remove an
 // entry when its bug is fixed.
 var metamorphicKnownBugs = []struct {

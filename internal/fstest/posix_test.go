@@ -21,7 +21,7 @@ type posixCase struct {
 	want  syscall.Errno
 	after []Op
 	// bug names a known engine bug (an entry of
-	// /work/notes/bugs-fstest.md): a difference is logged, not failed, and
+	// the issue tracker): a difference is logged, not failed, and
 	// the case fails once the difference is gone, so that the mark is
 	// removed with the fix.
 	bug string
@@ -595,7 +595,7 @@ func TestPOSIX(t *testing.T) {
 	t.Cleanup(func() { // after every (parallel) case
 		if len(known) > 0 {
 			sort.Strings(known)
-			t.Logf("%d cases fail because of known engine bugs (see /work/notes/bugs-fstest.md):\n  %s", len(known), strings.Join(known, "\n  "))
+			t.Logf("%d cases fail because of known engine bugs (see its issue):\n  %s", len(known), strings.Join(known, "\n  "))
 		}
 	})
 	for _, c := range posixCases() {

@@ -32,7 +32,7 @@ func TestCloseKeepsFlusherWriteback(t *testing.T) {
 	}
 	switch {
 	case lost >= 0 && bug != "":
-		t.Logf("known bug %s reproduced (see /work/notes/bugs-fstest.md)", bug)
+		t.Logf("known bug %s reproduced (see its issue)", bug)
 	case lost >= 0:
 		t.Errorf("data written before a clean close is lost")
 	case bug != "":

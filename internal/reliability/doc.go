@@ -106,6 +106,6 @@
 //	go test ./internal/reliability/ -run TestSeedCorpora -args -write-seed-corpus
 //
 // Tests of engine bugs not yet fixed call knownFailure with the bug's
-// number in /work/notes/bugs-reliability.md: they skip unless
+// number in the issue tracker: they skip unless
 // -known-failures is given.
 package reliability

@@ -26,17 +26,17 @@ import (
 
 // runKnownFailures runs the tests marked as known engine failures instead
 // of skipping them: go test ./internal/reliability -run X -known-failures.
-var runKnownFailures = flag.Bool("known-failures", false, "run the tests marked as known engine failures (see /work/notes/bugs-reliability.md)")
+var runKnownFailures = flag.Bool("known-failures", false, "run the tests marked as known engine failures (see its issue)")
 
 // knownFailure skips the rest of the test because of engine bug id of
-// bugs-reliability.md, unless -known-failures is set. Put it right before
+// the issue tracker, unless -known-failures is set. Put it right before
 // the check that fails.
 func knownFailure(t testing.TB, id, what string) {
 	t.Helper()
 	if !*runKnownFailures {
-		t.Skipf("known engine failure %s (bugs-reliability.md): %s; run with -known-failures to check a fix", id, what)
+		t.Skipf("known engine failure %s: %s; run with -known-failures to check a fix", id, what)
 	}
-	t.Logf("known engine failure %s (bugs-reliability.md): %s: checking anyway (-known-failures)", id, what)
+	t.Logf("known engine failure %s: %s: checking anyway (-known-failures)", id, what)
 }
 
 // env is a sluice file system on the stack every test here uses:
