@@ -64,9 +64,19 @@ type daemon struct {
 // is up.
 func startDaemon(t *testing.T, vol, mnt string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonAs(t, nil, vol, mnt, args...)
+}
+
+// startDaemonAs is startDaemon with the daemon running as cred (nil: as
+// this process).
+func startDaemonAs(t *testing.T, cred *syscall.Credential, vol, mnt string, args ...string) *daemon {
+	t.Helper()
 	bin := buildSluice(t)
 	d := &daemon{t: t, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, append([]string{"mount", vol, mnt, "--size", "1G"}, args...)...)
+	if cred != nil {
+		d.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	d.cmd.Stderr = d.stderr
 	pr, pw := io.Pipe()
 	d.cmd.Stdout = pw
@@ -368,6 +378,84 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		t.Error("a write to the aborted mount succeeded")
 	}
 	held.Close()
+	checkVolume(t, vol)
+}
+
+// TestUnprivilegedMount: a user who is not root mounts through
+// fusermount3 (the mount is owned by that user), uses the mount, and
+// unmounts it with sluice umount; the daemon exits 0 and the volume is
+// clean. Run by root, it switches to the nobody user (65534) for the
+// daemon and for every access to the mount (without allow_other, not even
+// root may enter another user's FUSE mount).
+func TestUnprivilegedMount(t *testing.T) {
+	requireFUSE(t)
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run the daemon as another user")
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Skip("fusermount3 is not installed (Debian: apt-get install fuse3)")
+	}
+	if st, err := os.Stat("/dev/fuse"); err != nil || st.Mode().Perm()&0o006 != 0o006 {
+		t.Skip("/dev/fuse is not open to every user")
+	}
+	const nobody = 65534
+	cred := &syscall.Credential{Uid: nobody, Gid: nobody, NoSetGroups: true}
+	bin := buildSluice(t)
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil { // MkdirTemp makes it 0700
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp("", "sluice-unprivileged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vol, mnt, work := filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt"), filepath.Join(tmp, "work")
+	for _, dir := range []string{mnt, work} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The volume directory must be the user's: mount creates it.
+	if err := os.Chown(tmp, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemonAs(t, cred, vol, mnt)
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if strings.Contains(l, " "+mnt+" ") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "user_id=65534") {
+		t.Errorf("the mount is not the user's (fusermount3 was not used?): %q", line)
+	}
+	as := func(name string, args ...string) (string, error) {
+		cmd := exec.Command(name, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.Dir = work
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	f := filepath.Join(mnt, "f")
+	if out, err := as("sh", "-c", "echo hello > "+f+" && sync "+f+" && cat "+f); err != nil || out != "hello\n" {
+		t.Fatalf("write and read as the user: %v: %q", err, out)
+	}
+	if out, err := as(bin, "umount", mnt); err != nil {
+		t.Fatalf("sluice umount as the user: %v: %s", err, out)
+	}
+	if code := d.wait(30 * time.Second); code != 0 {
+		t.Fatalf("daemon exit %d\nstderr:\n%s", code, d.stderr)
+	}
 	checkVolume(t, vol)
 }
 
