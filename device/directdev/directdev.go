@@ -17,15 +17,22 @@
 //
 // # Backends
 //
-// The io_uring backend (Uring) runs Options.Rings rings. Each ring has one
-// owner goroutine, which alone touches the ring: it moves queued requests into
-// SQEs, submits them, waits for completions in io_uring_enter and calls Done.
+// The io_uring backend (Uring) runs Options.Rings rings. Submitters fill
+// SQEs themselves, under a short per-ring mutex; each ring has one owner
+// goroutine, which alone reaps the completion queue: it waits for
+// completions in io_uring_enter, calls Done, and fills SQEs for requests
+// that had to wait for a free slot.
 //
-//   - Batching. Submit appends the request to the ring's queue under a short
-//     mutex and returns. The owner takes the whole queue at once and submits
-//     it with the same io_uring_enter that waits for the next completion, so
-//     under load one system call submits many requests and reaps many
-//     completions (Stats counts both).
+//   - Batching. While the owner is awake (reaping, calling Done), a Submit
+//     only publishes its SQE and returns: the owner submits everything
+//     published with the same io_uring_enter that waits for the next
+//     completion, so under load one system call submits many requests and
+//     reaps many completions (Stats counts both).
+//   - Wake-ups. While the owner sleeps in io_uring_enter waiting for a
+//     completion, a Submit calls io_uring_enter itself to submit its SQE,
+//     and the owner sleeps on: no wake-up, no handoff between goroutines
+//     before the request reaches the kernel. An owner with nothing in
+//     flight sleeps on a channel, and the first Submit wakes it.
 //   - Scheduling. After calling Done callbacks the owner yields
 //     (runtime.Gosched), so that the goroutines the callbacks woke run, and
 //     submit their next requests, before the owner blocks in the kernel
@@ -33,18 +40,13 @@
 //     rings do not use IORING_SETUP_SINGLE_ISSUER|DEFER_TASKRUN: a locked
 //     goroutine cannot yield without handing its P to another thread and
 //     back, and measured slower (see ringOwner.loop).
-//   - Wake-ups. An owner with requests in flight sleeps in io_uring_enter. A
-//     submitter that finds it asleep there writes to an eventfd on which the
-//     owner keeps an IORING_OP_READ in flight, which completes and wakes it.
-//     An owner with nothing in flight sleeps on a channel instead.
 //   - Back-pressure. A ring never has more requests in flight than its
-//     completion queue holds (less the wake-up read), so the CQ cannot
-//     overflow. Each Submit takes a token from a per-ring semaphore of that
+//     completion queue holds, so the CQ cannot overflow. Each Submit takes a token from a per-ring semaphore of that
 //     size and blocks while none is free. A Done callback that calls Submit
 //     must not block (the owner would wait for itself): while it calls Done
 //     callbacks the owner locks itself to its thread and publishes the
 //     thread id, and a Submit from that thread skips the semaphore; the
-//     request waits in the queue for a free slot instead.
+//     request waits for a free slot instead.
 //   - Buffers. The in-flight table references every request, and so its
 //     buffer, until its completion has been reaped: the GC cannot free a
 //     buffer the kernel is using, and the Go heap does not move objects.
@@ -77,7 +79,7 @@
 // Lock order:
 //
 //	Device.closeMu (Close only; held while Close waits for the backend)
-//	  ringOwner.mu, preadBackend.mu, owners (leaves: never held while
+//	  ringOwner.sq, preadBackend.mu, owners (leaves: never held while
 //	  calling Done or taking another lock)
 package directdev
 
@@ -453,8 +455,8 @@ type Stats struct {
 	// Batches counts io_uring_enter calls that submitted at least one
 	// SQE; SQEs/Batches is the mean submission batch.
 	Batches uint64
-	// Wakeups counts eventfd writes that woke an owner sleeping in the
-	// kernel.
+	// Wakeups counts Submit calls that woke an idle owner (one with
+	// nothing in flight).
 	Wakeups uint64
 	// Blocked counts Submit calls that waited for back-pressure.
 	Blocked uint64

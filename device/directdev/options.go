@@ -82,9 +82,9 @@ type Options struct {
 
 	// RingEntries is the number of submission queue entries of each ring,
 	// a power of two in [2, 4096]. The completion queue has twice as many,
-	// and a ring keeps at most 2*RingEntries-1 requests in flight (one
-	// entry is reserved for the owner's wake-up read): Submit blocks
-	// briefly beyond that, so the completion queue can never overflow.
+	// and a ring keeps at most 2*RingEntries requests in flight: Submit
+	// blocks briefly beyond that, so the completion queue can never
+	// overflow.
 	//
 	// The default value is 128.
 	RingEntries int

@@ -1,10 +1,8 @@
 package directdev
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -59,11 +57,32 @@ func (b *uringBackend) submit(r *device.Request) {
 			o.sem <- struct{}{}
 		}
 	}
-	o.mu.Lock()
-	o.mu.queue = append(o.mu.queue, item{r: r, tok: tok})
-	o.queued.Add(1)
-	o.mu.Unlock()
-	o.wake()
+	o.sq.Lock()
+	// FIFO: a request queued behind others waits its turn.
+	direct := o.pendingHead == len(o.pending) && o.startLocked(r, tok)
+	if !direct {
+		o.pending = append(o.pending, item{r: r, tok: tok})
+	}
+	o.sq.Unlock()
+	o.accepted.Add(1)
+	switch o.state.Load() {
+	case sleepKernel:
+		if direct {
+			// The owner waits in the kernel for completions: hand the
+			// SQE to the kernel here rather than wake it. A request
+			// left pending needs a free slot or SQ entry, which only a
+			// completion brings, and the owner wakes for those.
+			o.enterSubmit()
+		}
+	case sleepIdle:
+		if o.state.CompareAndSwap(sleepIdle, running) {
+			o.nWakeups.Add(1)
+			select {
+			case o.idle <- struct{}{}:
+			default:
+			}
+		}
+	}
 }
 
 // owners lists the running ring owners of every Device, for
@@ -116,26 +135,18 @@ func (b *uringBackend) stats(s *Stats) {
 
 // Owner states, for ringOwner.state.
 const (
-	// running: the owner will look at its queue before it sleeps.
+	// running: the owner will enter the kernel (submitting every
+	// published SQE) before it sleeps.
 	running int32 = iota
-	// sleepKernel: the owner waits in io_uring_enter; wake it through the
-	// eventfd.
+	// sleepKernel: the owner waits in io_uring_enter for a completion; a
+	// submitter submits its own SQE.
 	sleepKernel
 	// sleepIdle: the owner has nothing in flight and waits on its idle
 	// channel.
 	sleepIdle
 )
 
-// wakeUserData marks the CQE of the owner's eventfd read.
-const wakeUserData = math.MaxUint64
-
-// eventfdOne is the 8-byte native-endian 1 written to wake an owner.
-var eventfdOne = func() (b [8]byte) {
-	binary.NativeEndian.PutUint64(b[:], 1)
-	return b
-}()
-
-// item is a queued request. tok says whether it holds a semaphore token.
+// item is a pending request. tok says whether it holds a semaphore token.
 type item struct {
 	r   *device.Request
 	tok bool
@@ -150,19 +161,35 @@ type slot struct {
 	tok     bool
 }
 
-// ringOwner is one ring and the goroutine that drives it.
+// finished is a request whose Done is due.
+type finished struct {
+	r   *device.Request
+	err error
+}
+
+// ringOwner is one ring and the goroutine that reaps its completions.
 //
-// The owner goroutine's loop, analogous to a driver's submit/complete loop:
+// Submission is shared: a submitter takes sq, fills an SQE and a slot and
+// publishes the SQE; then, if the owner sleeps in the kernel, it calls
+// io_uring_enter itself to submit it, and otherwise leaves it to the
+// owner's next io_uring_enter. Requests that find no free slot or SQ entry
+// wait in pending, which the owner fills as completions free them.
 //
-//	reap:  copy CQEs out, finish or resubmit their requests, call Done
-//	take:  swap the submitters' queue for an empty slice
-//	fill:  resubmissions first, then queued requests while slots are free
-//	enter: io_uring_enter(submit, wait for 1 unless more work is queued)
+// The owner goroutine's loop, analogous to a driver's completion loop:
+//
+//	reap:  copy CQEs out; under sq, finish or queue the resubmission of
+//	       their requests; then, without sq, call Done
+//	fill:  under sq, resubmissions first, then pending requests while
+//	       slots and SQ entries are free
+//	enter: io_uring_enter(submit what is published, wait for 1 unless
+//	       more work is waiting for the SQ)
+//
+// Lock order: sq is a leaf. Done callbacks run without it, so they may
+// Submit.
 type ringOwner struct {
 	// Immutable after startRingOwner.
 	d          *Device
 	fsyncFlags uint32
-	efd        int
 	// sem has one token per slot; Submit takes one, completion returns
 	// it.
 	sem  chan struct{}
@@ -170,40 +197,34 @@ type ringOwner struct {
 	// exited receives the loop's result when the owner has torn down.
 	exited chan error
 
-	mu struct {
-		sync.Mutex
-		// queue holds submitted requests not yet taken by the owner.
-		queue []item
-	}
-	// queued is len(mu.queue), readable without the lock. Incremented
-	// under mu by submitters, reset under mu by the owner.
-	queued atomic.Int32
-	// closing is set once by stop.
-	closing atomic.Bool
-	// dispatchTid is the id of the OS thread the owner is locked to while
-	// it calls Done callbacks, and 0 otherwise.
-	dispatchTid atomic.Int32
-	// state is running, sleepKernel or sleepIdle. The owner stores it;
-	// a submitter that sees a sleep state and wins the CAS back to running
-	// wakes the owner. The owner stores a sleep state and then re-reads
-	// queued and closing, and a submitter increments queued and then reads
-	// state (both sequentially consistent), so one of them always sees the
-	// other.
-	state atomic.Int32
-
-	// Owned by the owner goroutine.
-	ring        *uring.Ring
+	// sq guards the ring's submission side (GetSQE and publishing) and the
+	// slots.
+	sq          sync.Mutex
+	ring        *uring.Ring // its completion side is the owner's alone
 	slots       []slot
 	free        []uint32
 	inflight    int
 	pending     []item
 	pendingHead int
 	retry       []uint32
-	cqes        []uring.CQE
-	wakeArmed   bool
-	// wakeBuf receives the eventfd counter; the kernel writes it while the
-	// wake read is in flight.
-	wakeBuf *[8]byte
+
+	// accepted counts Submit calls that handed their request to the ring.
+	accepted atomic.Uint64
+	// closing is set once by stop.
+	closing atomic.Bool
+	// dispatchTid is the id of the OS thread the owner is locked to while
+	// it calls Done callbacks, and 0 otherwise.
+	dispatchTid atomic.Int32
+	// state is running, sleepKernel or sleepIdle. The owner stores a sleep
+	// state and then looks at sq (under the lock); a submitter publishes
+	// under sq and then reads state (both sequentially consistent), so
+	// either the owner sees the submitter's SQE or the submitter sees the
+	// sleep state and submits it or wakes the owner itself.
+	state atomic.Int32
+
+	// Owned by the owner goroutine.
+	cqes []uring.CQE
+	done []finished
 
 	// Counters for Stats.
 	nRequests, nSQEs, nEnters, nBatches, nWakeups, nBlocked, nShort, nDepthNanos atomic.Uint64
@@ -211,10 +232,9 @@ type ringOwner struct {
 
 func startRingOwner(d *Device) (*ringOwner, error) {
 	o := &ringOwner{
-		d:       d,
-		idle:    make(chan struct{}, 1),
-		exited:  make(chan error, 1),
-		wakeBuf: new([8]byte),
+		d:      d,
+		idle:   make(chan struct{}, 1),
+		exited: make(chan error, 1),
 	}
 	if !d.blockDev {
 		o.fsyncFlags = uring.FsyncDatasync
@@ -229,7 +249,8 @@ func startRingOwner(d *Device) (*ringOwner, error) {
 
 // setupFlags are tried in order until the kernel accepts one.
 //
-// The owner is not locked to an OS thread (see loop), so the rings do not use
+// The owner is not locked to an OS thread (see loop) and submitters submit
+// from their own threads, so the rings do not use
 // IORING_SETUP_SINGLE_ISSUER|IORING_SETUP_DEFER_TASKRUN, which need one
 // thread to do every submission; nor IORING_SETUP_COOP_TASKRUN, which lets
 // completion work wait until the submitting thread next enters the kernel,
@@ -249,7 +270,7 @@ func (o *ringOwner) run(ready chan<- error) {
 	owners.Lock()
 	owners.list = slices.DeleteFunc(owners.list, func(x *ringOwner) bool { return x == o })
 	owners.Unlock()
-	o.exited <- o.teardown()
+	o.exited <- o.ring.Close()
 }
 
 func (o *ringOwner) setup() error {
@@ -269,14 +290,9 @@ func (o *ringOwner) setup() error {
 	if err != nil {
 		return err
 	}
-	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		ring.Close()
-		return fmt.Errorf("eventfd: %w", err)
-	}
-	o.ring, o.efd = ring, efd
-	// One CQ entry stays free for the wake read.
-	n := int(ring.CQEntries()) - 1
+	o.ring = ring
+	// One slot per CQ entry: the CQ cannot overflow.
+	n := int(ring.CQEntries())
 	o.slots = make([]slot, n)
 	o.free = make([]uint32, n)
 	for i := range o.free {
@@ -292,13 +308,13 @@ func (o *ringOwner) setup() error {
 // After calling Done callbacks the owner yields its P (runtime.Gosched): the
 // callbacks typically woke goroutines blocked in ReadAt or WriteAt, which the
 // scheduler queued on the owner's P, and they should run (and submit their
-// next requests, which the owner then batches) before the owner blocks in
-// io_uring_enter, a system call during which the P stays with the owner
-// until another P steals them or the runtime's monitor retakes the P, tens
-// of microseconds to milliseconds later. An owner locked to its thread (the
-// precondition for SINGLE_ISSUER|DEFER_TASKRUN) cannot yield cheaply: its P
-// must be handed to another thread and back. On a 2-CPU VM with 4 KiB random
-// reads from 32 goroutines, against a locked owner waiting with
+// next requests, which the owner then submits together) before the owner
+// blocks in io_uring_enter, a system call during which the P stays with the
+// owner until another P steals them or the runtime's monitor retakes the P,
+// tens of microseconds to milliseconds later. An owner locked to its thread
+// (the precondition for SINGLE_ISSUER|DEFER_TASKRUN) cannot yield cheaply:
+// its P must be handed to another thread and back. On a 2-CPU VM with 4 KiB
+// random reads from 32 goroutines, against a locked owner waiting with
 // DEFER_TASKRUN, this owner spent about 12 us of CPU per read instead of
 // 14-25 at queue depth 1, and took 3 us instead of 10-70 from Done to the
 // next Submit; at depth 32 it kept a few percent more of the queue depth in
@@ -308,48 +324,51 @@ func (o *ringOwner) setup() error {
 func (o *ringOwner) loop() {
 	// The queue depth is integrated over time for Stats: a request counts
 	// from fill until reaped. tick charges the time since the last tick at
-	// the current depth, so it runs before each change of o.inflight.
+	// the current depth.
 	last := time.Now()
+	depth := 0
 	tick := func() {
 		now := time.Now()
-		o.nDepthNanos.Add(uint64(o.inflight) * uint64(now.Sub(last)))
+		o.nDepthNanos.Add(uint64(depth) * uint64(now.Sub(last)))
 		last = now
 	}
 	for {
 		tick()
-		if n := o.reap(); n > 0 && int(o.queued.Load()) < n {
+		before := o.accepted.Load()
+		if n := o.reap(); n > 0 && int(o.accepted.Load()-before) < n {
 			// Some callbacks did not submit again themselves: they
 			// probably woke goroutines that will.
 			runtime.Gosched()
 		}
 		tick()
-		o.take()
-		o.fill()
-		if o.inflight == 0 && o.pendingHead == len(o.pending) {
-			if o.closing.Load() && o.queued.Load() == 0 {
+		o.sq.Lock()
+		o.fillLocked()
+		depth = o.inflight
+		idle := o.inflight == 0 && o.pendingHead == len(o.pending)
+		// More to fill once the kernel has consumed the SQ: submit, and
+		// come back without waiting.
+		more := len(o.retry) > 0 || (o.pendingHead < len(o.pending) && len(o.free) > 0)
+		o.sq.Unlock()
+		if idle {
+			if o.closing.Load() {
 				return
 			}
 			o.sleepIdle()
 			continue
 		}
-		var wait uint32
-		switch {
-		case len(o.retry) > 0 || (o.pendingHead < len(o.pending) && len(o.free) > 0):
-			// The SQ filled up: submit, and come back for more.
-		case o.pendingHead < len(o.pending):
-			// Every slot is busy: wait for a completion. New requests
-			// just queue, so no wake-up is needed.
-			wait = 1
-		default:
-			// Sleep until a completion or a wake-up. (A closing
-			// owner need not stay awake: requests are in flight, so
-			// it will look at closing again.)
+		wait := uint32(1)
+		if more {
+			wait = 0
+		} else {
 			o.state.Store(sleepKernel)
-			if o.queued.Load() == 0 && o.armWake() {
-				wait = 1
-			}
 		}
-		n, err := o.ring.SubmitAndWait(wait)
+		o.sq.Lock()
+		toSubmit := o.ring.Publish()
+		o.sq.Unlock()
+		// A submitter that saw sleepKernel may submit some of these
+		// first; then the kernel finds fewer than toSubmit and returns
+		// without waiting, and the loop comes round again.
+		n, err := o.ring.Enter(toSubmit, wait)
 		o.state.Store(running)
 		o.nEnters.Add(1)
 		if n > 0 {
@@ -361,8 +380,25 @@ func (o *ringOwner) loop() {
 	}
 }
 
+// enterSubmit submits every published SQE, on a submitter's thread.
+func (o *ringOwner) enterSubmit() {
+	for {
+		n, err := o.ring.SubmitPublished()
+		o.nEnters.Add(1)
+		if n > 0 {
+			o.nBatches.Add(1)
+		}
+		if err == nil {
+			return
+		}
+		// Retry until the kernel takes the SQEs: the owner may be
+		// waiting for exactly this request.
+		o.enterFailed(err)
+	}
+}
+
 // enterFailed handles an io_uring_enter error. Resource shortages are
-// transient: completions free resources, so the owner backs off and
+// transient: completions free resources, so the caller backs off and
 // retries. Anything else means the ring is unusable, an invariant
 // violation for which there is no way to complete the requests in it.
 func (o *ringOwner) enterFailed(err error) {
@@ -374,75 +410,47 @@ func (o *ringOwner) enterFailed(err error) {
 	}
 }
 
+// sleepIdle waits until a submitter or stop wakes the owner, unless work
+// arrived meanwhile.
 func (o *ringOwner) sleepIdle() {
 	o.state.Store(sleepIdle)
-	if o.queued.Load() == 0 && !o.closing.Load() {
+	o.sq.Lock()
+	busy := o.inflight > 0 || o.pendingHead < len(o.pending)
+	o.sq.Unlock()
+	if !busy && !o.closing.Load() {
 		<-o.idle
+	} else if !o.state.CompareAndSwap(sleepIdle, running) {
+		<-o.idle // a submitter won the CAS and sends a wake-up: take it
 	}
 	o.state.Store(running)
 }
 
-// wake makes a sleeping owner look at its queue. Called by submitters and
-// stop.
-func (o *ringOwner) wake() {
-	switch o.state.Load() {
-	case sleepKernel:
-		if o.state.CompareAndSwap(sleepKernel, running) {
-			o.nWakeups.Add(1)
-			for {
-				if _, err := unix.Write(o.efd, eventfdOne[:]); err != unix.EINTR {
-					break
-				}
-			}
-		}
-	case sleepIdle:
-		if o.state.CompareAndSwap(sleepIdle, running) {
-			select {
-			case o.idle <- struct{}{}:
-			default:
-			}
-		}
-	}
-}
-
-// armWake makes sure the eventfd read is in flight; false if the SQ is full.
-func (o *ringOwner) armWake() bool {
-	if o.wakeArmed {
-		return true
+// startLocked puts r in a free slot and a free SQE, publishes it and
+// reports true; false if there is no free slot or SQ entry.
+//
+// Preconditions: o.sq is held.
+func (o *ringOwner) startLocked(r *device.Request, tok bool) bool {
+	if len(o.free) == 0 {
+		return false
 	}
 	sqe := o.ring.GetSQE()
 	if sqe == nil {
 		return false
 	}
-	sqe.PrepRead(o.efd, o.wakeBuf[:], 0)
-	sqe.UserData = wakeUserData
-	o.wakeArmed = true
+	i := o.free[len(o.free)-1]
+	o.free = o.free[:len(o.free)-1]
+	o.slots[i] = slot{r: r, tok: tok}
+	o.inflight++
+	o.prep(sqe, i)
+	o.ring.Publish()
 	return true
 }
 
-// take moves the submitters' queue to pending.
-func (o *ringOwner) take() {
-	if o.queued.Load() == 0 {
-		return
-	}
-	o.mu.Lock()
-	q := o.mu.queue
-	if o.pendingHead == len(o.pending) {
-		// Common case: swap the slices, no copy.
-		o.mu.queue = o.pending[:0]
-		o.pending, o.pendingHead = q, 0
-	} else {
-		o.pending = append(o.pending, q...)
-		clear(q)
-		o.mu.queue = q[:0]
-	}
-	o.queued.Store(0)
-	o.mu.Unlock()
-}
-
-// fill turns resubmissions and pending requests into SQEs while there are
-// free SQEs and slots.
-func (o *ringOwner) fill() {
+// fillLocked turns resubmissions and pending requests into SQEs while there
+// are free SQEs and slots.
+//
+// Preconditions: o.sq is held.
+func (o *ringOwner) fillLocked() {
 	for len(o.retry) > 0 {
 		sqe := o.ring.GetSQE()
 		if sqe == nil {
@@ -452,19 +460,13 @@ func (o *ringOwner) fill() {
 		o.retry = o.retry[:len(o.retry)-1]
 		o.prep(sqe, i)
 	}
-	for o.pendingHead < len(o.pending) && len(o.free) > 0 {
-		sqe := o.ring.GetSQE()
-		if sqe == nil {
+	for o.pendingHead < len(o.pending) {
+		it := &o.pending[o.pendingHead]
+		if !o.startLocked(it.r, it.tok) {
 			break
 		}
-		it := &o.pending[o.pendingHead]
-		i := o.free[len(o.free)-1]
-		o.free = o.free[:len(o.free)-1]
-		o.slots[i] = slot{r: it.r, tok: it.tok}
 		*it = item{}
 		o.pendingHead++
-		o.inflight++
-		o.prep(sqe, i)
 	}
 	if o.pendingHead == len(o.pending) {
 		o.pending, o.pendingHead = o.pending[:0], 0
@@ -472,6 +474,8 @@ func (o *ringOwner) fill() {
 }
 
 // prep fills sqe for what is left of slot i's request.
+//
+// Preconditions: o.sq is held.
 func (o *ringOwner) prep(sqe *uring.SQE, i uint32) {
 	s := &o.slots[i]
 	r := s.r
@@ -490,38 +494,44 @@ func (o *ringOwner) prep(sqe *uring.SQE, i uint32) {
 // reap handles every ready CQE and returns the number of Done callbacks it
 // called.
 func (o *ringOwner) reap() int {
-	done := 0
+	calls := 0
 	for {
 		n := o.ring.PeekBatch(o.cqes)
-		if n > 0 && o.dispatchTid.Load() == 0 {
+		if n == 0 {
+			break
+		}
+		o.sq.Lock()
+		for i := range n {
+			o.completeLocked(o.cqes[i])
+		}
+		o.sq.Unlock()
+		if len(o.done) > 0 {
 			// Identify this goroutine to inDoneCallback while
 			// completions may call Done.
 			runtime.LockOSThread()
 			o.dispatchTid.Store(int32(unix.Gettid()))
-		}
-		for i := range n {
-			if o.complete(o.cqes[i]) {
-				done++
+			for i, f := range o.done {
+				o.nRequests.Add(1)
+				f.r.Done(f.r, f.err)
+				o.done[i] = finished{}
 			}
+			calls += len(o.done)
+			o.done = o.done[:0]
+			o.dispatchTid.Store(0)
+			runtime.UnlockOSThread()
 		}
 		if n < len(o.cqes) {
 			break
 		}
 	}
-	if o.dispatchTid.Load() != 0 {
-		o.dispatchTid.Store(0)
-		runtime.UnlockOSThread()
-	}
-	return done
+	return calls
 }
 
-// complete handles one CQE: it resubmits the rest of a short transfer, or
-// finishes the request, calls Done and returns true.
-func (o *ringOwner) complete(c uring.CQE) bool {
-	if c.UserData == wakeUserData {
-		o.wakeArmed = false
-		return false
-	}
+// completeLocked handles one CQE: it queues the rest of a short transfer
+// for resubmission, or frees the request's slot and queues its Done call.
+//
+// Preconditions: o.sq is held.
+func (o *ringOwner) completeLocked(c uring.CQE) {
 	i := uint32(c.UserData)
 	s := &o.slots[i]
 	r := s.r
@@ -534,7 +544,7 @@ func (o *ringOwner) complete(c uring.CQE) bool {
 			s.retries++
 		}
 		o.retry = append(o.retry, i)
-		return false
+		return
 	}
 	tok := s.tok
 	*s = slot{}
@@ -543,35 +553,17 @@ func (o *ringOwner) complete(c uring.CQE) bool {
 	if tok {
 		<-o.sem
 	}
-	o.nRequests.Add(1)
-	r.Done(r, err)
-	return true
+	o.done = append(o.done, finished{r, err})
 }
 
 // stop asks the owner to finish the requests it has and exit, and waits.
 func (o *ringOwner) stop() error {
 	o.closing.Store(true)
-	o.wake()
+	if o.state.CompareAndSwap(sleepIdle, running) {
+		select {
+		case o.idle <- struct{}{}:
+		default:
+		}
+	}
 	return <-o.exited
-}
-
-// teardown cancels the wake read by completing it, then closes the ring and
-// the eventfd, on the owner thread.
-func (o *ringOwner) teardown() error {
-	if o.wakeArmed {
-		if _, err := unix.Write(o.efd, eventfdOne[:]); err != nil {
-			return fmt.Errorf("eventfd write: %w", err)
-		}
-		for o.wakeArmed {
-			if _, err := o.ring.SubmitAndWait(1); err != nil {
-				return err
-			}
-			o.reap()
-		}
-	}
-	err := o.ring.Close()
-	if cerr := unix.Close(o.efd); err == nil && cerr != nil {
-		err = fmt.Errorf("close eventfd: %w", cerr)
-	}
-	return err
 }

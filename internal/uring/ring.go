@@ -240,6 +240,52 @@ func (r *Ring) SubmitAndWait(waitNr uint32) (int, error) {
 	return r.enter(r.flushSQ(), waitNr, EnterGetEvents)
 }
 
+// Publish makes every SQE handed out by GetSQE visible to the kernel,
+// without a system call, and returns how many published SQEs the kernel
+// has not consumed yet. Goroutines that share a ring's submission side
+// serialise GetSQE and Publish (and the SQE writes between them); Enter and
+// SubmitPublished may then run on any goroutine at any time.
+func (r *Ring) Publish() uint32 { return r.flushSQ() }
+
+// Enter hands up to toSubmit published SQEs to the kernel and waits until
+// at least waitNr CQEs are ready, in one io_uring_enter with
+// EnterGetEvents, retrying on EINTR. It reads none of the ring's user-side
+// submission state, so it may run while another goroutine fills SQEs. When
+// the kernel finds fewer than toSubmit published SQEs (another goroutine
+// submitted some), it submits those and returns without waiting.
+func (r *Ring) Enter(toSubmit, waitNr uint32) (int, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	return enterRetry(r.fd, toSubmit, waitNr, EnterGetEvents)
+}
+
+// SubmitPublished hands every published SQE to the kernel without waiting
+// for completions (with nothing published the kernel returns at once). Like
+// Enter, it may run while another goroutine fills SQEs.
+func (r *Ring) SubmitPublished() (int, error) {
+	if r.closed {
+		return 0, ErrClosed
+	}
+	// The kernel submits min(toSubmit, published and unconsumed).
+	return enterRetry(r.fd, r.sqEntries, 0, 0)
+}
+
+// enterRetry calls io_uring_enter, retrying on EINTR: io_uring_enter
+// reports an interrupted wait as EINTR only when it submitted nothing in
+// that call, so the retry asks for the same.
+func enterRetry(fd int, toSubmit, minComplete, flags uint32) (int, error) {
+	for {
+		n, err := enter(fd, toSubmit, minComplete, flags)
+		if err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, unix.EINTR) {
+			return 0, errorf("io_uring_enter", err)
+		}
+	}
+}
+
 // enter calls io_uring_enter, retrying on EINTR. io_uring_enter reports an
 // interrupted wait as EINTR only when it submitted nothing in that call, so
 // the retry recomputes what is left to submit from the kernel's SQ head.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -240,6 +241,43 @@ func TestSubmitNothing(t *testing.T) {
 	}
 	if n, err := r.SubmitAndWait(0); n != 0 || err != nil {
 		t.Errorf("SubmitAndWait(0) of nothing = %d, %v", n, err)
+	}
+}
+
+// TestSharedSubmission pins the kernel behaviour directdev's shared
+// submission relies on: SubmitPublished submits every published SQE (the
+// kernel clamps to_submit to what is there), and an Enter that asks to
+// submit more than is published (because another thread submitted them)
+// submits what is there and returns without waiting.
+func TestSharedSubmission(t *testing.T) {
+	r := newRing(t, 8, nil)
+	for range 3 {
+		r.GetSQE().PrepNop()
+	}
+	if got := r.Publish(); got != 3 {
+		t.Fatalf("Publish = %d unconsumed, want 3", got)
+	}
+	if n, err := r.SubmitPublished(); err != nil || n != 3 {
+		t.Fatalf("SubmitPublished = %d, %v; want 3", n, err)
+	}
+	if n, err := r.SubmitPublished(); err != nil || n != 0 {
+		t.Fatalf("SubmitPublished of nothing = %d, %v", n, err)
+	}
+	r.GetSQE().PrepNop()
+	r.Publish()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Asks for 2 but 1 is published: submits it and must not wait
+		// for 100 completions.
+		if n, err := r.Enter(2, 100); err != nil || n != 1 {
+			t.Errorf("Enter(2, 100) = %d, %v; want 1 submitted", n, err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Enter waited although it submitted fewer SQEs than asked")
 	}
 }
 
