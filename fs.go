@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicefs/sluice/alloc"
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/pagecache"
 	"github.com/sluicefs/sluice/volume"
@@ -117,6 +118,9 @@ func OpenVolume(v *volume.Volume, opts *Options) (*FS, error) {
 	}
 	pol := *o.Policy
 	o.Policy = &pol
+	if d, ok := v.Dev.(*directdev.Device); ok {
+		o.Device = d.Options() // as the volume opened it: its I/O unit, defaults filled
+	}
 	h := v.Header
 	fs := &FS{
 		opts:      o,
@@ -263,7 +267,8 @@ func (fs *FS) writable() error {
 // Policy returns the policy the file system runs with.
 func (fs *FS) Policy() Policy { return fs.policy }
 
-// Options returns the options the file system runs with, defaults filled.
+// Options returns the options the file system runs with, defaults filled;
+// Device is the data device's own options when it is a directdev device.
 func (fs *FS) Options() Options { return fs.opts }
 
 // BlockSize returns the file-system block size in bytes.
