@@ -11,6 +11,7 @@ import (
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/directdev"
+	"github.com/sluicefs/sluice/internal/rusage"
 	"github.com/sluicefs/sluice/ring"
 	"github.com/sluicefs/sluice/volume"
 )
@@ -201,17 +202,25 @@ func runSeqReads(ctx context.Context, e *engineFS, f *sluice.File, size int64, b
 		}
 		return false, m, err
 	}
+	m, _, _, err := measureDirect(ctx, e, n, warm, dur, 1, op, false)
+	return m, err
+}
+
+// measureDirect runs op from n goroutines (measureLoop) and adds to the
+// loop's metrics the I/O lock figures of the engine's counters over the
+// measured part. It also returns the counter delta and the loop's result.
+func measureDirect(ctx context.Context, e *engineFS, n int, warm, dur time.Duration, seed uint64, op opFunc, rw bool) (map[string]float64, sluice.CounterValues, loopResult, error) {
 	var c0, c1 sluice.CounterValues
-	l, err := measureLoop(ctx, n, warm, dur, 1, op,
+	l, err := measureLoop(ctx, n, warm, dur, seed, op,
 		func() { c0 = e.fs.Counters() }, func() { c1 = e.fs.Counters() })
 	if err != nil {
-		return nil, err
+		return nil, nil, l, err
 	}
-	m := l.metrics(false)
+	m := l.metrics(rw)
 	c := counterDelta(c0, c1)
 	m["excl_lock_frac"] = exclFrac(c)
 	m["drains_per_io"] = perIO(c["Drains"], l.ops())
-	return m, nil
+	return m, c, l, nil
 }
 
 // runRandRW is W2 on the engine: n goroutines each keep one O_DIRECT
@@ -235,16 +244,10 @@ func runRandRW(ctx context.Context, e *engineFS, f *sluice.File, size int64, bs,
 		m, err := f.ReadAt(rbufs[g], off)
 		return false, m, err
 	}
-	var c0, c1 sluice.CounterValues
-	l, err := measureLoop(ctx, n, warm, dur, 2, op,
-		func() { c0 = e.fs.Counters() }, func() { c1 = e.fs.Counters() })
+	m, c, l, err := measureDirect(ctx, e, n, warm, dur, 2, op, true)
 	if err != nil {
 		return nil, err
 	}
-	m := l.metrics(true)
-	c := counterDelta(c0, c1)
-	m["excl_lock_frac"] = exclFrac(c)
-	m["drains_per_io"] = perIO(c["Drains"], l.ops())
 	m["eagain_retries_per_write"] = perIO(c["UnalignedEAGAINRetries"], l.writes)
 	return m, nil
 }
@@ -276,7 +279,7 @@ func runOverwrite(ctx context.Context, e *engineFS, path string, size int64, bs 
 	}
 	e.fs.ResetCounters()
 	c0 := e.fs.Counters()
-	ru0, t0 := rusage(), time.Now()
+	ru0, t0 := rusage.Self(), time.Now()
 	deadline := t0.Add(dur)
 	var off, writes int64
 	for off+int64(bs) <= size && time.Now().Before(deadline) {
@@ -294,7 +297,7 @@ func runOverwrite(ctx context.Context, e *engineFS, path string, size int64, bs 
 		return nil, err
 	}
 	el := time.Since(t0)
-	use := rusage().sub(ru0)
+	use := rusage.Self().Sub(ru0)
 	c := counterDelta(c0, e.fs.Counters())
 	m := map[string]float64{
 		"mib_s":          float64(off) / el.Seconds() / (1 << 20),
@@ -309,9 +312,9 @@ func runOverwrite(ctx context.Context, e *engineFS, path string, size int64, bs 
 		"device_flushes": float64(c["DeviceFlushes"]),
 	}
 	if writes > 0 {
-		m["cpu_ns_per_io"] = float64(use.cpu.Nanoseconds()) / float64(writes)
+		m["cpu_ns_per_io"] = float64(use.CPU.Nanoseconds()) / float64(writes)
 		m["device_reads_per_mib"] = m["device_reads"] / (float64(off) / (1 << 20))
-		m["ctx_switches_per_io"] = float64(use.switches) / float64(writes)
+		m["ctx_switches_per_io"] = float64(use.Switches) / float64(writes)
 	}
 	return m, nil
 }

@@ -242,22 +242,6 @@ func fioVersion(path string) string {
 	return path + " (" + strings.TrimSpace(string(out)) + ")"
 }
 
-// usage is the process's resource usage so far (getrusage RUSAGE_SELF).
-type usage struct {
-	cpu      time.Duration // user + system
-	switches int64         // voluntary + involuntary context switches
-}
-
-func rusage() usage {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		return usage{}
-	}
-	return usage{time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw + ru.Nivcsw}
-}
-
-func (u usage) sub(v usage) usage { return usage{u.cpu - v.cpu, u.switches - v.switches} }
-
 // ownCPU is the CPU time of this process and its waited-for children
 // (fio) so far.
 func ownCPU() time.Duration {

@@ -269,6 +269,30 @@ func failAll(rs *rowSet, keys []string, mk func(key string) Row, err error) {
 	}
 }
 
+// openMainDirect opens the main volume's engine with pol, records its
+// options, and opens the main file with flags|O_DIRECT.
+func (r *runner) openMainDirect(pol enginePolicy, flags int) (*engineFS, *sluice.File, error) {
+	ef, err := r.main.open(pol.pol)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.recordOptions(pol.label, ef)
+	f, err := ef.fs.OpenFile(r.main.file, flags|sluice.O_DIRECT, 0)
+	if err != nil {
+		ef.close()
+		return nil, nil, err
+	}
+	return ef, f, nil
+}
+
+// closeMain closes what openMainDirect opened, noting a failure.
+func (r *runner) closeMain(exp string, ef *engineFS, f *sluice.File) {
+	f.Close()
+	if err := ef.close(); err != nil {
+		r.note("%s: closing the engine: %v", exp, err)
+	}
+}
+
 // W1 (seed 001): O_DIRECT sequential reads of one file.
 func (r *runner) w1(ctx context.Context) Experiment {
 	sz := r.sz
@@ -290,14 +314,7 @@ func (r *runner) w1(ctx context.Context) Experiment {
 						"warmup_s": sz.Warmup.Seconds(),
 						"workload": fmt.Sprintf("W1 engine: %d goroutines x File.ReadAt(%d B) sequential in own region, O_DIRECT", n, bs)})}
 				}
-				ef, err := r.main.open(pol.pol)
-				var f *sluice.File
-				if err == nil {
-					r.recordOptions(pol.label, ef)
-					if f, err = ef.fs.OpenFile(r.main.file, sluice.O_RDONLY|sluice.O_DIRECT, 0); err != nil {
-						ef.close()
-					}
-				}
+				ef, f, err := r.openMainDirect(pol, sluice.O_RDONLY)
 				if err != nil {
 					for _, bs := range w1BS {
 						for _, n := range w1Threads {
@@ -318,10 +335,7 @@ func (r *runner) w1(ctx context.Context) Experiment {
 						}
 					}
 				}
-				f.Close()
-				if err := ef.close(); err != nil {
-					r.note("W1: closing the engine: %v", err)
-				}
+				r.closeMain("W1", ef, f)
 				if ctx.Err() != nil {
 					e.Rows = rs.rows()
 					return e
@@ -378,14 +392,7 @@ func (r *runner) w2(ctx context.Context) Experiment {
 						"bs": bs, "depth": w2Depth, "policy_fields": pol.pol.String(), "warmup_s": sz.Warmup.Seconds(),
 						"workload": fmt.Sprintf("W2 engine: %d goroutines x random File.ReadAt/WriteAt(%d B) 50/50, O_DIRECT", w2Depth, bs)})}
 				}
-				ef, err := r.main.open(pol.pol)
-				var f *sluice.File
-				if err == nil {
-					r.recordOptions(pol.label, ef)
-					if f, err = ef.fs.OpenFile(r.main.file, sluice.O_RDWR|sluice.O_DIRECT, 0); err != nil {
-						ef.close()
-					}
-				}
+				ef, f, err := r.openMainDirect(pol, sluice.O_RDWR)
 				if err != nil {
 					for _, bs := range w2BS {
 						rs.acc(key(bs), func() Row { return mk(nil, bs) }).record(nil, err)
@@ -402,10 +409,7 @@ func (r *runner) w2(ctx context.Context) Experiment {
 						break
 					}
 				}
-				f.Close()
-				if err := ef.close(); err != nil {
-					r.note("W2: closing the engine: %v", err)
-				}
+				r.closeMain("W2", ef, f)
 				if ctx.Err() != nil {
 					e.Rows = rs.rows()
 					return e

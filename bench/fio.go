@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/sluicefs/sluice/internal/rusage"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ type sysResult struct {
 
 func (r sysResult) metrics(both bool) map[string]float64 {
 	l := loopResult{reads: r.readIOs, writes: r.writeIOs, readBytes: r.readBytes, writeBytes: r.writeBytes,
-		elapsed: r.elapsed, use: usage{r.cpu, r.switches}}
+		elapsed: r.elapsed, use: rusage.Usage{CPU: r.cpu, Switches: r.switches}}
 	m := l.metrics(both)
 	if r.writeBytes > 0 {
 		m["bytes_written"] = float64(r.writeBytes)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/internal/rusage"
 )
 
 // goRunner imitates fio's jobs with goroutines and pread/pwrite, for
@@ -108,7 +109,7 @@ func (g goRunner) run(ctx context.Context, j sysJob) (sysResult, error) {
 		return res, err
 	}
 	res.readIOs, res.writeIOs, res.readBytes, res.writeBytes = l.reads, l.writes, l.readBytes, l.writeBytes
-	res.elapsed, res.cpu, res.switches = l.elapsed, l.use.cpu, l.use.switches
+	res.elapsed, res.cpu, res.switches = l.elapsed, l.use.CPU, l.use.Switches
 	return res, nil
 }
 
@@ -120,7 +121,7 @@ func (goRunner) seqWrite(ctx context.Context, fd int, j sysJob, res sysResult) (
 	for i := range buf {
 		buf[i] = byte(i * 13)
 	}
-	ru0, t0 := rusage(), time.Now()
+	ru0, t0 := rusage.Self(), time.Now()
 	deadline := t0.Add(j.runtime)
 	var off int64
 	for off+int64(j.bs) <= j.size && time.Now().Before(deadline) {
@@ -141,7 +142,7 @@ func (goRunner) seqWrite(ctx context.Context, fd int, j sysJob, res sysResult) (
 	}
 	res.writeBytes = off
 	res.elapsed = time.Since(t0)
-	u := rusage().sub(ru0)
-	res.cpu, res.switches = u.cpu, u.switches
+	u := rusage.Self().Sub(ru0)
+	res.cpu, res.switches = u.CPU, u.Switches
 	return res, nil
 }

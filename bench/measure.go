@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"github.com/sluicefs/sluice/internal/rusage"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -14,7 +15,7 @@ type loopResult struct {
 	reads, writes         int64
 	readBytes, writeBytes int64
 	elapsed               time.Duration
-	use                   usage // the process's CPU and context switches
+	use                   rusage.Usage // the process's CPU and context switches
 }
 
 func (l loopResult) ops() int64 { return l.reads + l.writes }
@@ -37,8 +38,8 @@ func (l loopResult) metrics(both bool) map[string]float64 {
 		m["write_mib_s"] = float64(l.writeBytes) / s / (1 << 20)
 	}
 	if n := l.ops(); n > 0 {
-		m["cpu_ns_per_io"] = float64(l.use.cpu.Nanoseconds()) / float64(n)
-		m["ctx_switches_per_io"] = float64(l.use.switches) / float64(n)
+		m["cpu_ns_per_io"] = float64(l.use.CPU.Nanoseconds()) / float64(n)
+		m["ctx_switches_per_io"] = float64(l.use.Switches) / float64(n)
 	}
 	return m
 }
@@ -111,11 +112,11 @@ func measureLoop(ctx context.Context, n int, warm, dur time.Duration, seed uint6
 	if onMeasure != nil {
 		onMeasure()
 	}
-	a, ru0, t0 := sum(), rusage(), time.Now()
+	a, ru0, t0 := sum(), rusage.Self(), time.Now()
 	if err := sleepCtx(ctx, dur, failed); err != nil {
 		return finish(err)
 	}
-	b, ru1, t1 := sum(), rusage(), time.Now()
+	b, ru1, t1 := sum(), rusage.Self(), time.Now()
 	if onEnd != nil {
 		onEnd()
 	}
@@ -125,7 +126,7 @@ func measureLoop(ctx context.Context, n int, warm, dur time.Duration, seed uint6
 	return loopResult{
 		reads: b.reads - a.reads, writes: b.writes - a.writes,
 		readBytes: b.readBytes - a.readBytes, writeBytes: b.writeBytes - a.writeBytes,
-		elapsed: t1.Sub(t0), use: ru1.sub(ru0),
+		elapsed: t1.Sub(t0), use: ru1.Sub(ru0),
 	}, nil
 }
 

@@ -136,6 +136,28 @@ func (d *daemon) wait(timeout time.Duration) int {
 	return 0
 }
 
+// volumeAndMountpoint returns, in a fresh temporary directory, a volume
+// path (not yet created) and a mount point (created).
+func volumeAndMountpoint(t *testing.T) (vol, mnt string) {
+	t.Helper()
+	tmp := t.TempDir()
+	vol, mnt = filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return vol, mnt
+}
+
+// umount runs sluice umount on mnt, which must succeed, and returns the
+// daemon's exit code.
+func (d *daemon) umount(mnt string) int {
+	d.t.Helper()
+	if code, out := sluiceCmd(d.t, "umount", mnt); code != 0 {
+		d.t.Fatalf("umount: exit %d: %s", code, out)
+	}
+	return d.wait(30 * time.Second)
+}
+
 // sluiceCmd runs the sluice binary and returns its exit code and output.
 func sluiceCmd(t *testing.T, args ...string) (int, string) {
 	t.Helper()
@@ -194,11 +216,7 @@ func syncedWrite(t *testing.T, path string, data []byte, direct bool) {
 // orphan left by an unlinked open file; fsck is clean.
 func TestKill9Recovery(t *testing.T) {
 	requireFUSE(t)
-	tmp := t.TempDir()
-	vol, mnt := filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	vol, mnt := volumeAndMountpoint(t)
 	d := startDaemon(t, vol, mnt)
 	if !strings.Contains(d.stdout.String(), "created volume") {
 		t.Errorf("the daemon did not say it created the volume:\n%s", d.stdout)
@@ -261,10 +279,7 @@ func TestKill9Recovery(t *testing.T) {
 			t.Errorf("%s: fsynced data lost or changed after kill -9 (%d bytes, want %d)", name, len(got), len(data))
 		}
 	}
-	if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
-		t.Fatalf("umount: exit %d: %s", code, out)
-	}
-	if code := d2.wait(30 * time.Second); code != 0 {
+	if code := d2.umount(mnt); code != 0 {
 		t.Fatalf("daemon exit %d after umount\n%s", code, d2.stderr)
 	}
 	checkVolume(t, vol)
@@ -277,11 +292,7 @@ func TestKill9Recovery(t *testing.T) {
 // still exits 0 with the volume clean.
 func TestSIGTERMUnderLoad(t *testing.T) {
 	requireFUSE(t)
-	tmp := t.TempDir()
-	vol, mnt := filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	vol, mnt := volumeAndMountpoint(t)
 	d := startDaemon(t, vol, mnt, "--grace", "20s")
 	const workers, block = 4, 4096
 	var stop atomic.Bool
@@ -486,10 +497,7 @@ func TestMountRefusals(t *testing.T) {
 	if code, out := sluiceCmd(t, "umount", mnt2); code == 0 || !strings.Contains(out, "not mounted") {
 		t.Errorf("umount of a directory that is not mounted: exit %d: %s", code, out)
 	}
-	if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
-		t.Fatalf("umount: exit %d: %s", code, out)
-	}
-	if code := d.wait(30 * time.Second); code != 0 {
+	if code := d.umount(mnt); code != 0 {
 		t.Fatalf("daemon exit %d", code)
 	}
 }
@@ -498,17 +506,10 @@ func TestMountRefusals(t *testing.T) {
 // writes fail with EROFS, and the volume is not changed.
 func TestReadOnlyMount(t *testing.T) {
 	requireFUSE(t)
-	tmp := t.TempDir()
-	vol, mnt := filepath.Join(tmp, "vol"), filepath.Join(tmp, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	vol, mnt := volumeAndMountpoint(t)
 	d := startDaemon(t, vol, mnt)
 	syncedWrite(t, filepath.Join(mnt, "f"), []byte("read only"), false)
-	if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
-		t.Fatalf("umount: %d %s", code, out)
-	}
-	d.wait(30 * time.Second)
+	d.umount(mnt)
 	d2 := startDaemon(t, vol, mnt, "-o", "ro,noatime")
 	if got, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(got) != "read only" {
 		t.Fatalf("read on a read-only mount: %q %v", got, err)
@@ -519,10 +520,7 @@ func TestReadOnlyMount(t *testing.T) {
 	if m, ok := FindMount(mnt); !ok || m.Source != vol {
 		t.Errorf("mount source %q, want the volume %q", m.Source, vol)
 	}
-	if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
-		t.Fatalf("umount: %d %s", code, out)
-	}
-	if code := d2.wait(30 * time.Second); code != 0 {
+	if code := d2.umount(mnt); code != 0 {
 		t.Fatalf("read-only daemon exit %d\n%s", code, d2.stderr)
 	}
 	checkVolume(t, vol)

@@ -62,23 +62,9 @@ func (fs *FS) listingLocked(h *handle, off uint64) ([]sluice.DirEntry, error) {
 func (fs *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	t := fs.start()
 	defer fs.done(opReaddir, t)
-	h, st := fs.getHandle(in.Fh)
-	if !st.Ok() {
-		return st
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ents, err := fs.listingLocked(h, in.Offset)
-	if err != nil {
-		return fs.toStatus("readdir", in.NodeId, err)
-	}
-	for k, e := range ents {
-		de := fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: e.Type, Off: in.Offset + uint64(k) + 1}
-		if !out.AddDirEntry(de) {
-			break
-		}
-	}
-	return fuse.OK
+	return fs.readDir("readdir", in, func(_ sluice.DirEntry, de fuse.DirEntry) bool {
+		return out.AddDirEntry(de)
+	})
 }
 
 // ReadDirPlus answers READDIRPLUS: each entry with its attributes, which
@@ -87,6 +73,27 @@ func (fs *FS) ReadDir(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntr
 func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.DirEntryList) fuse.Status {
 	t := fs.start()
 	defer fs.done(opReaddirplus, t)
+	return fs.readDir("readdirplus", in, func(e sluice.DirEntry, de fuse.DirEntry) bool {
+		if e.Name == "." || e.Name == ".." {
+			return out.AddDirLookupEntry(de) != nil
+		}
+		a, err := fs.eng.Getattr(e.Ino)
+		if err != nil {
+			return true // removed since the listing was taken: leave it out
+		}
+		eo := out.AddDirLookupEntry(de)
+		if eo == nil {
+			return false
+		}
+		fs.fillEntry(&a, eo)
+		return true
+	})
+}
+
+// readDir passes the entries of directory handle in.Fh from in.Offset to
+// add, each with its READDIR entry, until add reports that the reply is
+// full.
+func (fs *FS) readDir(op string, in *fuse.ReadIn, add func(sluice.DirEntry, fuse.DirEntry) bool) fuse.Status {
 	h, st := fs.getHandle(in.Fh)
 	if !st.Ok() {
 		return st
@@ -95,26 +102,13 @@ func (fs *FS) ReadDirPlus(cancel <-chan struct{}, in *fuse.ReadIn, out *fuse.Dir
 	defer h.mu.Unlock()
 	ents, err := fs.listingLocked(h, in.Offset)
 	if err != nil {
-		return fs.toStatus("readdirplus", in.NodeId, err)
+		return fs.toStatus(op, in.NodeId, err)
 	}
 	for k, e := range ents {
 		de := fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: e.Type, Off: in.Offset + uint64(k) + 1}
-		if e.Name == "." || e.Name == ".." {
-			if out.AddDirLookupEntry(de) == nil {
-				break
-			}
-			continue
-		}
-		a, err := fs.eng.Getattr(e.Ino)
-		if err != nil {
-			// Removed since the listing was taken: leave it out.
-			continue
-		}
-		eo := out.AddDirLookupEntry(de)
-		if eo == nil {
+		if !add(e, de) {
 			break
 		}
-		fs.fillEntry(&a, eo)
 	}
 	return fuse.OK
 }

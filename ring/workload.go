@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/internal/rusage"
 )
 
 // Workload runners for the seed experiments that measure the ring: W3
@@ -246,7 +247,7 @@ func RunRandomWrites(fs *sluice.FS, path string, o RandomWriteOptions) (RandomWr
 	defer allDone()
 	var ringsDone atomic.Int64
 	deadline := time.Now().Add(o.Duration)
-	ru0 := rusage()
+	ru0 := rusage.Self()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for s := 0; s < o.Submitters; s++ {
@@ -306,15 +307,15 @@ func RunRandomWrites(fs *sluice.FS, path string, o RandomWriteOptions) (RandomWr
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
-	use := rusage().sub(ru0)
+	use := rusage.Self().Sub(ru0)
 	if firstErr != nil {
 		return res, firstErr
 	}
 	res.Ops = ops.Load()
 	res.IOPS = float64(res.Ops) / res.Elapsed.Seconds()
 	if res.Ops > 0 {
-		res.CPUPerOp = use.cpu / time.Duration(res.Ops)
-		res.SwitchesPerOp = float64(use.switches) / float64(res.Ops)
+		res.CPUPerOp = use.CPU / time.Duration(res.Ops)
+		res.SwitchesPerOp = float64(use.Switches) / float64(res.Ops)
 	}
 	res.MaxDeviceInFlight = fs.Counters()["MaxDeviceInFlight"]
 	for _, r := range rings {
@@ -505,7 +506,7 @@ func RunRandomReads(fs *sluice.FS, path string, o RandomReadOptions) (RandomRead
 		submitted++
 		return r.Read(f, bufs[slot], rng.Int64N(blocks)*int64(o.BlockSize), 0, uint64(slot))
 	}
-	ru0 := rusage()
+	ru0 := rusage.Self()
 	start := time.Now()
 	inflight := 0
 	for slot := 0; slot < o.Depth && more(); slot++ {
@@ -539,33 +540,17 @@ func RunRandomReads(fs *sluice.FS, path string, o RandomReadOptions) (RandomRead
 		}
 	}
 	res.Elapsed = time.Since(start)
-	use := rusage().sub(ru0)
+	use := rusage.Self().Sub(ru0)
 	res.IOPS = float64(res.Ops) / res.Elapsed.Seconds()
 	if res.Ops > 0 {
-		res.CPUPerOp = use.cpu / time.Duration(res.Ops)
-		res.SwitchesPerOp = float64(use.switches) / float64(res.Ops)
+		res.CPUPerOp = use.CPU / time.Duration(res.Ops)
+		res.SwitchesPerOp = float64(use.Switches) / float64(res.Ops)
 	}
 	res.PeakGoroutines = peak
 	res.Ring = r.Stats()
 	res.PeakWorkersBlocked = res.Ring.WorkersBlockedPeak
 	return res, nil
 }
-
-// usage is the process's resource usage so far (getrusage RUSAGE_SELF).
-type usage struct {
-	cpu      time.Duration // user + system
-	switches int64         // voluntary + involuntary context switches
-}
-
-func rusage() usage {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return usage{}
-	}
-	return usage{time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ru.Nvcsw + ru.Nivcsw}
-}
-
-func (u usage) sub(v usage) usage { return usage{u.cpu - v.cpu, u.switches - v.switches} }
 
 // addStats sums counts and takes the larger peaks.
 func addStats(a, b Stats) Stats {
