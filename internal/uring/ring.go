@@ -223,7 +223,7 @@ func (r *Ring) Submit() (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	return r.enter(n, 0, 0)
+	return enterRetry(r.fd, n, 0, 0)
 }
 
 // SubmitAndWait publishes the filled SQEs, hands them to the kernel and waits
@@ -237,7 +237,7 @@ func (r *Ring) SubmitAndWait(waitNr uint32) (int, error) {
 	if r.closed {
 		return 0, ErrClosed
 	}
-	return r.enter(r.flushSQ(), waitNr, EnterGetEvents)
+	return r.Enter(r.Publish(), waitNr)
 }
 
 // Publish makes every SQE handed out by GetSQE visible to the kernel,
@@ -283,25 +283,6 @@ func enterRetry(fd int, toSubmit, minComplete, flags uint32) (int, error) {
 		if !errors.Is(err, unix.EINTR) {
 			return 0, errorf("io_uring_enter", err)
 		}
-	}
-}
-
-// enter calls io_uring_enter, retrying on EINTR. io_uring_enter reports an
-// interrupted wait as EINTR only when it submitted nothing in that call, so
-// the retry recomputes what is left to submit from the kernel's SQ head.
-func (r *Ring) enter(toSubmit, minComplete, flags uint32) (int, error) {
-	submitted := 0
-	for {
-		n, err := enter(r.fd, toSubmit, minComplete, flags)
-		if err == nil {
-			return submitted + n, nil
-		}
-		if !errors.Is(err, unix.EINTR) {
-			return submitted, errorf("io_uring_enter", err)
-		}
-		left := r.sqeTail - atomic.LoadUint32(r.sqHead)
-		submitted += int(toSubmit - left)
-		toSubmit = left
 	}
 }
 
