@@ -1,11 +1,11 @@
 package sluice
 
 import (
-	"sync"
 	"syscall"
 
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/iolock"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/pagecache"
@@ -516,7 +516,7 @@ func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, size, copied int6
 
 // readaheadState tracks sequential reads of one file.
 type readaheadState struct {
-	mu     sync.Mutex
+	mu     lockrank.Mutex[lockrank.Readahead]
 	next   uint64 // page index a sequential reader would read next
 	window uint64 // current readahead window, in pages
 }

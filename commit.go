@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicefs/sluice/alloc"
 	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/meta"
 )
 
@@ -169,12 +170,12 @@ func (fs *FS) syncPoint() error {
 type groupSync struct {
 	do     func() error
 	serial bool // NoGroupCommit: every caller runs its own round
-	mu     sync.Mutex
+	mu     lockrank.Mutex[lockrank.Leaf]
 	cond   sync.Cond
 	// Protected by mu.
 	running  bool
 	next     *syncRound
-	serialMu sync.Mutex
+	serialMu lockrank.Mutex[lockrank.SyncSerial]
 }
 
 type syncRound struct {

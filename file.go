@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
 )
 
 // Open flags, as open(2). O_DIRECT and friends are spelled out because the
@@ -38,7 +40,7 @@ type File struct {
 	// ops counts calls in progress, so Close waits for them.
 	ops sync.WaitGroup
 
-	posMu sync.Mutex
+	posMu lockrank.Mutex[lockrank.FilePos]
 	pos   int64 // file position for Read, Write and Seek. Protected by posMu.
 }
 

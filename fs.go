@@ -11,6 +11,7 @@ import (
 	"github.com/sluicefs/sluice/alloc"
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/directdev"
+	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/pagecache"
 	"github.com/sluicefs/sluice/volume"
@@ -37,12 +38,12 @@ type FS struct {
 	// ns serialises namespace changes (create, link, unlink, rename, ...)
 	// and lets lookups run in parallel with each other. Directory entries
 	// live only in the metadata; ns is what keeps a path walk consistent.
-	ns sync.RWMutex
+	ns lockrank.RWMutex[lockrank.Namespace]
 
 	// commitMu serialises metadata transactions: allocator changes and the
 	// KV commit happen in one critical section, so commits apply in the
 	// order their allocator journals were taken.
-	commitMu sync.Mutex
+	commitMu lockrank.Mutex[lockrank.Commit]
 	commit   struct {
 		// Protected by commitMu.
 		seq     uint64   // number of the last committed transaction
@@ -52,13 +53,13 @@ type FS struct {
 	shutdown atomic.Pointer[error]
 
 	icache struct {
-		mu sync.Mutex
+		mu lockrank.Mutex[lockrank.ICache]
 		// m holds every in-core inode. Protected by mu.
 		m map[meta.Ino]*inode
 	}
 
 	dirty struct {
-		mu sync.Mutex
+		mu lockrank.Mutex[lockrank.Leaf]
 		// set holds inodes whose in-core state is ahead of the metadata:
 		// unpersisted attributes, or written extents not yet known
 		// durable. Protected by mu.
@@ -78,10 +79,19 @@ type FS struct {
 	counters Counters
 
 	files struct {
-		mu sync.Mutex
+		mu lockrank.Mutex[lockrank.Leaf]
 		// set holds every open File, so Close can close them. Protected
 		// by mu.
 		set map[*File]struct{}
+	}
+
+	// hooks are test knobs, set before the file system is used and never
+	// changed after; nil in production.
+	hooks struct {
+		// persistLocked runs in persist with the inode's mu held.
+		persistLocked func(*inode)
+		// evictStart runs when maybeEvict starts, before it locks.
+		evictStart func(*inode)
 	}
 
 	closeOnce sync.Once

@@ -1,11 +1,15 @@
 package sluice
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
+)
 
 // inflight counts operations in progress and lets a caller wait until none
 // is. Unlike sync.WaitGroup, begin may be called while someone waits.
 type inflight struct {
-	mu   sync.Mutex
+	mu   lockrank.Mutex[lockrank.Leaf]
 	cond sync.Cond
 	n    int // Protected by mu.
 }

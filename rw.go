@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/iolock"
 )
 
@@ -150,7 +151,7 @@ func (in *inode) size() int64 {
 type ioBatch struct {
 	fs      *FS
 	pending atomic.Int32
-	errMu   sync.Mutex
+	errMu   lockrank.Mutex[lockrank.Leaf]
 	err     error
 	reqs    []device.Request
 	inline  [2]device.Request

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/pagecache"
 )
@@ -34,7 +35,7 @@ func (in *inode) writebackPages(first, last uint64, wait bool) error {
 	ppb := uint64(fs.blockSize) / uint64(fs.cache.PageSize())
 	idxs := in.pages.DirtyIndexes(first, last)
 	var wg sync.WaitGroup
-	var errMu sync.Mutex
+	var errMu lockrank.Mutex[lockrank.Leaf]
 	var firstErr error
 	fail := func(err error) {
 		errMu.Lock()

@@ -109,7 +109,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
 )
 
 // scanWindow is how many allocatable extents Alloc looks at, from hint on,
@@ -122,7 +123,7 @@ type Allocator struct {
 	first, end BlockNum
 
 	mu struct {
-		sync.Mutex
+		lockrank.Mutex[lockrank.Alloc]
 
 		// free holds the free extents (allocatable or busy), maximal
 		// runs: the persisted form. Protected by mu.

@@ -5,8 +5,9 @@ import (
 	"log/slog"
 	"math/bits"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
 )
 
 // DIO counts the direct I/Os of one inode that have been submitted and not yet
@@ -37,7 +38,7 @@ type DIO struct {
 	waiting atomic.Bool
 
 	mu struct {
-		sync.Mutex
+		lockrank.Mutex[lockrank.Leaf]
 		// done is closed, and reset to nil, when n reaches zero while a
 		// Wait is blocked. Protected by mu.
 		done chan struct{}

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
 )
 
 // Mode is the mode in which a Lock is requested or held. The zero Mode is
@@ -89,7 +92,7 @@ type Lock struct {
 	nwait atomic.Int32
 
 	mu struct {
-		sync.Mutex
+		lockrank.Mutex[lockrank.Leaf]
 		// head and tail of the FIFO queue of blocked requests, linked
 		// through waiter.next/prev. Protected by mu.
 		head, tail *waiter
@@ -202,8 +205,9 @@ func (l *Lock) Holders() (shared int, exclusive bool) {
 // queues behind every earlier waiter; see the package documentation,
 // Fairness.
 func (l *Lock) Lock(m Mode) {
+	lockrank.Acquire(lockrank.RankIOLock, 0, unsafe.Pointer(l))
 	if l.tryFast(m) != acquired {
-		_ = l.lockSlow(nil, m)
+		_ = l.lockSlow(context.Background(), m)
 	}
 }
 
@@ -213,10 +217,15 @@ func (l *Lock) Lock(m Mode) {
 // the cancellation race, either outcome may be reported, but the result
 // always matches the state: a nil return means l is held.
 func (l *Lock) LockContext(ctx context.Context, m Mode) error {
+	lockrank.Acquire(lockrank.RankIOLock, 0, unsafe.Pointer(l))
 	if l.tryFast(m) == acquired {
 		return nil
 	}
-	return l.lockSlow(ctx, m)
+	err := l.lockSlow(ctx, m)
+	if err != nil {
+		lockrank.Release(unsafe.Pointer(l))
+	}
+	return err
 }
 
 // TryLock acquires l in mode m if it can be granted at once, and never
@@ -226,9 +235,11 @@ func (l *Lock) LockContext(ctx context.Context, m Mode) error {
 func (l *Lock) TryLock(m Mode) bool {
 	switch l.tryFast(m) {
 	case acquired:
+		lockrank.TryAcquired(lockrank.RankIOLock, 0, unsafe.Pointer(l))
 		return true
 	case mustCarry:
 		if l.tryLockCarry(m) {
+			lockrank.TryAcquired(lockrank.RankIOLock, 0, unsafe.Pointer(l))
 			return true
 		}
 	}
@@ -335,7 +346,7 @@ func (l *Lock) casGrantsLocked(s, base uint64, m Mode, n uint64) bool {
 }
 
 // lockSlow queues a request for mode m and waits for its grant, or for ctx
-// (which may be nil) to be done.
+// to be done.
 func (l *Lock) lockSlow(ctx context.Context, m Mode) error {
 	i := m.index()
 	l.mu.Lock()
@@ -360,7 +371,7 @@ func (l *Lock) lockSlow(ctx context.Context, m Mode) error {
 		}
 		break
 	}
-	if ctx != nil && ctx.Err() != nil {
+	if ctx.Err() != nil {
 		l.removeLocked(nil)
 		l.mu.Unlock()
 		return ctx.Err()
@@ -371,7 +382,7 @@ func (l *Lock) lockSlow(ctx context.Context, m Mode) error {
 	l.stats.contended[i].Add(1)
 	l.mu.Unlock()
 
-	if ctx == nil || ctx.Done() == nil {
+	if ctx.Done() == nil {
 		<-w.ready
 		l.putWaiter(w)
 		return nil
@@ -511,6 +522,7 @@ func (l *Lock) popLocked(n int) {
 // head grantable, the lock is handed to it before Unlock returns. Unlock of a
 // mode that is not held panics.
 func (l *Lock) Unlock(m Mode) {
+	lockrank.Release(unsafe.Pointer(l))
 	switch m {
 	case Shared:
 		s := l.state.Add(^uint64(0)) // subtract 1
@@ -574,6 +586,11 @@ func (l *Lock) Demote() {
 	l.mu.Unlock()
 	l.stats.demoted.Add(1)
 }
+
+// Handoff hands l, held by the calling goroutine, to an asynchronous request
+// that unlocks it when it completes (on another goroutine): for the
+// lock-order checker, the goroutine no longer holds l.
+func (l *Lock) Handoff() { lockrank.Handoff(unsafe.Pointer(l)) }
 
 // String describes l's state for debugging, e.g.
 // "shared(2) queue=[exclusive shared]". It takes l's internal mutex.

@@ -2,9 +2,10 @@ package pagecache
 
 import (
 	"sort"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
 )
 
 // Mapping holds the cached pages of one file (the kernel's address_space).
@@ -13,7 +14,7 @@ type Mapping struct {
 	// Owner is the engine's object for the file. Immutable.
 	Owner any
 
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.Mapping]
 	// pages maps index to page. Protected by mu.
 	pages map[uint64]*Page
 	// wbErr is the first writeback error not yet reported. Protected by mu.
@@ -87,6 +88,7 @@ func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, e
 	c.locked++
 	c.mu.Unlock()
 	m.mu.Unlock()
+	p.tookWithoutWaiting()
 	c.stats.created.Add(1)
 	return p, true, nil
 }

@@ -2,8 +2,10 @@ package pagecache
 
 import (
 	"container/list"
-	"sync"
 	"time"
+	"unsafe"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
 )
 
 // Page state bits. Protected by Page.mu.
@@ -24,7 +26,7 @@ type Page struct {
 	// direct device I/O.
 	Data []byte
 
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.PageState]
 	// Protected by mu.
 	flags     uint32
 	validFrom int // with !uptodate and dirty: the valid (dirty) bytes
@@ -97,6 +99,7 @@ func (p *Page) WritePending() bool { return p.has(flagDirty) }
 
 // Lock locks the page, waiting for the current owner to unlock it.
 func (p *Page) Lock() {
+	lockrank.Acquire(lockrank.RankPage, p.Index+1, unsafe.Pointer(p))
 	p.mu.Lock()
 	for p.flags&flagLocked != 0 {
 		w := &waiter{ch: make(chan struct{})}
@@ -117,10 +120,24 @@ func (p *Page) TryLock() bool {
 		return false
 	}
 	p.lockLocked()
+	p.tookWithoutWaiting()
 	return true
 }
 
-// lockLocked sets the lock bit.
+// tookWithoutWaiting tells the lock-order checker that the calling goroutine
+// holds the page lock, taken without waiting (so in any order).
+func (p *Page) tookWithoutWaiting() {
+	lockrank.TryAcquired(lockrank.RankPage, p.Index+1, unsafe.Pointer(p))
+}
+
+// Handoff hands the page lock, held by the calling goroutine, to an
+// asynchronous request that unlocks the page when it completes: for the
+// lock-order checker, the goroutine no longer holds it.
+func (p *Page) Handoff() { lockrank.Handoff(unsafe.Pointer(p)) }
+
+// lockLocked sets the lock bit. Lock checked the lock order before
+// waiting; the callers that do not wait (TryLock, LockAsync) record the lock
+// with tookWithoutWaiting.
 //
 // Preconditions: p.mu is held and the page is unlocked.
 func (p *Page) lockLocked() {
@@ -146,6 +163,7 @@ func (p *Page) LockAsync(cb func()) bool {
 	}
 	p.waiters = p.waiters[:len(p.waiters)-1]
 	p.lockLocked()
+	p.tookWithoutWaiting()
 	return true
 }
 
@@ -180,6 +198,7 @@ func (p *Page) WaitUnlocked() {
 // Unlock unlocks the page and wakes every waiter: blocked goroutines race
 // for the lock again; callbacks run here, in order.
 func (p *Page) Unlock() {
+	lockrank.Release(unsafe.Pointer(p))
 	p.mu.Lock()
 	if p.flags&flagLocked == 0 {
 		p.mu.Unlock()

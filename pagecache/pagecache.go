@@ -63,6 +63,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
 )
 
 // ErrClosed is returned by operations on a closed cache.
@@ -87,7 +89,7 @@ type Cache struct {
 	maxDirty  int64
 	slabPages int
 
-	mu sync.Mutex
+	mu lockrank.Mutex[lockrank.Cache]
 	// Protected by mu.
 	lru      list.List // clean, unlocked, unreferenced pages; front = oldest
 	free     [][]byte  // page buffers ready for reuse

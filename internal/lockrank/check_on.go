@@ -1,0 +1,200 @@
+//go:build invariants || race
+
+package lockrank
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+const enabled = true
+
+// held is one lock a goroutine holds.
+type held struct {
+	rank Rank
+	key  uint64
+	lock unsafe.Pointer
+	pcs  [12]uintptr // the stack that took it
+}
+
+// gstate is one goroutine's held locks, in acquisition order. Only its
+// goroutine appends; a Release from another goroutine may remove, hence mu.
+type gstate struct {
+	mu   sync.Mutex
+	held []held
+}
+
+// goroutines maps goroutine ids to their gstate while they hold locks.
+var goroutines sync.Map // uint64 -> *gstate
+
+// onViolation reports a violation; tests of this package replace it.
+var onViolation = func(msg string) { panic(msg) }
+
+func state(create bool) (*gstate, uint64) {
+	id := goid()
+	if v, ok := goroutines.Load(id); ok {
+		return v.(*gstate), id
+	}
+	if !create {
+		return nil, id
+	}
+	g := &gstate{}
+	goroutines.Store(id, g)
+	return g, id
+}
+
+// Acquire checks that the calling goroutine may wait for lock l of rank r,
+// then records it as held.
+func Acquire(r Rank, key uint64, l unsafe.Pointer) {
+	g, _ := state(true)
+	g.mu.Lock()
+	for i := range g.held {
+		h := &g.held[i]
+		if msg := conflict(h, r, key, l); msg != "" {
+			report := violation(msg, r, key, g.held)
+			g.mu.Unlock()
+			onViolation(report)
+			g.mu.Lock()
+			break
+		}
+	}
+	g.push(r, key, l)
+	g.mu.Unlock()
+}
+
+// conflict says why taking (r, key, l) while holding h breaks the order.
+func conflict(h *held, r Rank, key uint64, l unsafe.Pointer) string {
+	switch {
+	case h.lock == l:
+		return "lock already held by this goroutine"
+	case ranks[h.rank].leaf:
+		return fmt.Sprintf("a lock taken while holding a leaf (%s)", h.rank)
+	case h.rank > r:
+		return fmt.Sprintf("rank %s taken while holding higher rank %s", r, h.rank)
+	case h.rank == r && !ranks[r].multi:
+		return fmt.Sprintf("two locks of rank %s held at once", r)
+	case h.rank == r && (h.key == 0 || key <= h.key):
+		return fmt.Sprintf("rank %s taken with key %d while holding key %d (keys must increase, and be nonzero)", r, key, h.key)
+	}
+	return ""
+}
+
+// TryAcquired records lock l as held without checking the order.
+func TryAcquired(r Rank, key uint64, l unsafe.Pointer) {
+	g, _ := state(true)
+	g.mu.Lock()
+	g.push(r, key, l)
+	g.mu.Unlock()
+}
+
+func (g *gstate) push(r Rank, key uint64, l unsafe.Pointer) {
+	g.held = append(g.held, held{rank: r, key: key, lock: l})
+	runtime.Callers(4, g.held[len(g.held)-1].pcs[:])
+}
+
+// remove drops lock l from g and reports whether it was there and whether
+// g holds nothing now.
+func (g *gstate) remove(l unsafe.Pointer) (found, empty bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := len(g.held) - 1; i >= 0; i-- {
+		if g.held[i].lock == l {
+			g.held = append(g.held[:i], g.held[i+1:]...)
+			return true, len(g.held) == 0
+		}
+	}
+	return false, len(g.held) == 0
+}
+
+// removeOwn drops lock l from the calling goroutine's held locks, forgetting
+// the goroutine once it holds none (only its own goroutine deletes a gstate,
+// so no append can be lost), and reports whether l was there.
+func removeOwn(l unsafe.Pointer) bool {
+	g, id := state(false)
+	if g == nil {
+		return false
+	}
+	found, empty := g.remove(l)
+	if empty {
+		goroutines.Delete(id)
+	}
+	return found
+}
+
+// Release records that lock l is released: by its holder, or by another
+// goroutine (then it is removed from whichever goroutine holds it).
+func Release(l unsafe.Pointer) {
+	if removeOwn(l) {
+		return
+	}
+	goroutines.Range(func(_, v any) bool {
+		found, _ := v.(*gstate).remove(l)
+		return !found
+	})
+}
+
+// Handoff hands lock l from the calling goroutine to an asynchronous
+// request: the goroutine no longer holds it.
+func Handoff(l unsafe.Pointer) {
+	removeOwn(l)
+}
+
+// Held returns the ranks the calling goroutine holds, in acquisition order.
+func Held() []Rank {
+	g, _ := state(false)
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rs := make([]Rank, len(g.held))
+	for i, h := range g.held {
+		rs[i] = h.rank
+	}
+	return rs
+}
+
+func violation(msg string, r Rank, key uint64, hs []held) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lockrank: lock order violation: %s\n\ntaking %s (key %d) at:\n", msg, r, key)
+	var pcs [16]uintptr
+	n := runtime.Callers(4, pcs[:])
+	writeStack(&b, pcs[:n])
+	fmt.Fprintf(&b, "\nwhile holding (oldest first):\n")
+	for _, h := range hs {
+		fmt.Fprintf(&b, "  %s (key %d), taken at:\n", h.rank, h.key)
+		writeStack(&b, h.pcs[:])
+	}
+	return b.String()
+}
+
+func writeStack(b *strings.Builder, pcs []uintptr) {
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if f.PC != 0 {
+			fmt.Fprintf(b, "    %s\n        %s:%d\n", f.Function, f.File, f.Line)
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// goid returns the calling goroutine's id, read from its stack header
+// ("goroutine 123 [running]:").
+func goid() uint64 {
+	var buf [32]byte
+	n := runtime.Stack(buf[:], false)
+	var id uint64
+	for _, c := range buf[len("goroutine "):n] {
+		if c < '0' || c > '9' {
+			break
+		}
+		id = id*10 + uint64(c-'0')
+	}
+	return id
+}
