@@ -329,6 +329,9 @@ func TestMkfsExistingVolume(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("mkfs --force: exit %d: %s", code, errOut)
 	}
+	if !strings.HasPrefix(out, "created volume "+dir+": uuid ") {
+		t.Errorf("mkfs --force printed %q", out)
+	}
 	j := statJSONOf(t, dir)
 	if j["uuid"] == uuid || j["device_bytes"] != float64(8<<20) {
 		t.Errorf("mkfs --force did not remake the volume: %v", j)
