@@ -267,7 +267,7 @@ func TestMkfsRefusals(t *testing.T) {
 		{"bad block size", []string{"mkfs", "VOL", "--size", "4M", "--block-size", "big"}, `--block-size: invalid size "big"`},
 		{"no volume", []string{"mkfs", "--size", "4M"}, "expected one VOLUME"},
 		{"two volumes", []string{"mkfs", "VOL", "VOL2", "--size", "4M"}, "expected one VOLUME"},
-		{"unknown flag", []string{"mkfs", "VOL", "--size", "4M", "--sise", "4M"}, "flag provided but not defined: -sise"},
+		{"unknown flag", []string{"mkfs", "VOL", "--size", "4M", "--sise", "4M"}, "unknown flag: --sise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "vol")
