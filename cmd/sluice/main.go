@@ -57,9 +57,7 @@ func main() {
 // results and help to stdout and errors to stderr, and returns the exit
 // status.
 func run(args []string, stdout, stderr io.Writer) int {
-	root := newRootCommand(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root := newRootCommand(args, stdout, stderr)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, root.UsageString())
 		return 2
@@ -92,9 +90,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-// newRootCommand builds the command tree. args is the command line as
-// given, which bench records in its report.
-func newRootCommand(args []string) *cobra.Command {
+// newRootCommand builds the command tree, writing output and help to
+// stdout and errors to stderr. args is the command line as given, which
+// bench records in its report.
+func newRootCommand(args []string, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "sluice",
 		Short: "make, serve, check and benchmark sluice volumes",
@@ -107,6 +106,9 @@ found), 2 a command-line mistake, 8 fsck could not check the volume.`,
 		SilenceErrors: true, // run prints them, as one line
 		SilenceUsage:  true,
 	}
+	// Before the completion command is added: it takes its writer then.
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	var benchArgs []string
 	if len(args) > 0 && args[0] == "bench" {
 		benchArgs = args[1:]

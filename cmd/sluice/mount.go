@@ -33,8 +33,8 @@ it is unmounted (sluice umount DIR) or interrupted. A VOLUME that does not exist
 (or is an empty directory) is created first, as a sparse image of --size bytes.
 It needs /dev/fuse and either root or fusermount3.
 
-Permissions: a mount made by root is open to every user, with the kernel
-enforcing file modes (default_permissions), as on XFS. An unprivileged mount
+Who may use the mount: A mount made by root is open to every user, with the
+kernel enforcing file modes (default_permissions), as on XFS. An unprivileged mount
 (through fusermount3) keeps FUSE's default: only the mounting user may enter,
 unless /etc/fuse.conf has user_allow_other and ` + "`-o allow_other`" + ` is given. ` + "`-o`" + ` passes
 allow_other, ro, suid, nosuid, dev, nodev, exec, noexec, noatime through.
