@@ -845,9 +845,12 @@ func TestBinary(t *testing.T) {
 		}
 		wantOneLine(t, c.args[0], errOut, c.want)
 	}
-	for _, args := range [][]string{{}, {"frobnicate"}, {"mkfs"}, {"stat", "--json"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"mkfs"}, {"stat", "--json"}, {"mkfs", dir, "--sise", "4M"}} {
 		if code, _, errOut := exe(args...); code != 2 || errOut == "" {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+	if code, out, errOut := exe("mkfs", "--help"); code != 0 || errOut != "" || !strings.Contains(out, `(default "4096")`) {
+		t.Errorf("mkfs --help: exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 	}
 }
