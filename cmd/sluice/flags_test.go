@@ -178,6 +178,29 @@ func TestFlagsAnywhere(t *testing.T) {
 	}
 }
 
+// TestDocumentedInvocations: every command line in the README and docs
+// parses. --help at the end stops each after its flags are parsed (a
+// mistake in them is reported instead of the help).
+func TestDocumentedInvocations(t *testing.T) {
+	for _, line := range []string{
+		"mount /tmp/sluice-vol /tmp/sluice-mnt",
+		"mount VOL DIR --policy classic --cache-size 1G --metrics localhost:9100 -o allow_other,ro -o noatime --debug",
+		"mount VOL DIR --policy concurrent --cache sluice --writeback-cache --strict-dio --max-background 64 --grace 20s --size 8G",
+		"mount VOL DIR --size 1G -o ro,noatime",
+		"umount DIR --lazy --force --timeout 60s",
+		"mkfs VOL --size 16G --block-size 4096 --io-unit 512 --prealloc --data /dev/X --force",
+		"stat VOL --json",
+		"fsck VOL --json",
+		"bench --quick --only W1,W3 --json F --html F --kernel-peers",
+		"bench --smoke --only W3 --fio none --volume DIR --target DIR --target DIR2 --json - --html F --duration 1s --warmup 0s --reps 2 --no-raw --from F",
+	} {
+		args := append(strings.Fields(line), "--help")
+		if code, out, errOut := sluiceRun(t, args...); code != 0 || errOut != "" || !strings.Contains(out, "Usage:") {
+			t.Errorf("sluice %s: exit %d, stderr %q", line, code, errOut)
+		}
+	}
+}
+
 // TestMountFlags parses mount's command line without mounting: -o is
 // repeatable and comma-separated, and every documented form is taken.
 func TestMountFlags(t *testing.T) {
