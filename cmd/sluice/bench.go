@@ -23,7 +23,7 @@ func newBenchCommand(args []string) *cobra.Command {
 		Use:   "bench [--quick] [--only W1,W3] [--volume DIR] [--target DIR ...] [--kernel-peers] [--json FILE] [--html FILE] [--duration D]",
 		Short: "reproduce the seed experiments",
 		Long: `Reproduce each seed's experiment (W1-W5) with the optimisation off and on, next
-to the raw device and, with --target or --kernel-peers, kernel file systems. The
+to the raw device and, with --target or --kernel-peers, other file systems. The
 text tables go to stdout, progress to stderr. Without --volume the volumes live in
 a temporary directory in the current directory (so on the current disk), removed
 at the end. A full run takes several minutes; --quick under one.`,
