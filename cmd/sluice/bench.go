@@ -10,23 +10,67 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sluicefs/sluice/bench"
 )
 
-func init() {
-	register(&command{
-		name:    "bench",
-		usage:   "[--quick] [--only W1,W3] [--volume DIR] [--target DIR ...] [--kernel-peers] [--json FILE] [--html FILE] [--duration D]",
-		summary: "reproduce the seed experiments",
-		run:     runBench,
-	})
+// newBenchCommand returns the bench command; args is its command line
+// after "bench", recorded in the report.
+func newBenchCommand(args []string) *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench [--quick] [--only W1,W3] [--volume DIR] [--target DIR ...] [--kernel-peers] [--json FILE] [--html FILE] [--duration D]",
+		Short: "reproduce the seed experiments",
+		Long: `Reproduce each seed's experiment (W1-W5) with the optimisation off and on, next
+to the raw device and, with --target or --kernel-peers, other file systems. The
+text tables go to stdout, progress to stderr. Without --volume the volumes live in
+a temporary directory in the current directory (so on the current disk), removed
+at the end. A full run takes several minutes; --quick under one.`,
+		Example: `  sluice bench --quick
+  sluice bench --only W1,W3 --json report.json --html report.html
+  sluice bench --kernel-peers --json report.json
+  sluice bench --from report.json --html report.html`,
+		Args: func(_ *cobra.Command, pos []string) error {
+			if len(pos) != 0 {
+				return &usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.warmupSet = cmd.Flags().Changed("warmup")
+			return runBench(&f, args, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&f.quick, "quick", false, "a run of under a minute: small files, short cells, one repetition")
+	fl.BoolVar(&f.smoke, "smoke", false, "every cell for a few tens of milliseconds on tiny files (checks the output, measures nothing)")
+	fl.StringVar(&f.only, "only", "", "run only these experiments, comma-separated (`W1,W3`; of W1, W2, W3, W4, W5)")
+	fl.StringVar(&f.volume, "volume", "", "keep volumes and prepared files in `DIR` for reuse, or use the sluice volume DIR for W1-W4")
+	fl.StringArrayVar(&f.targets, "target", nil, "also run the workloads through system calls in `DIR` (repeatable)")
+	fl.BoolVar(&f.kernelPeers, "kernel-peers", false, "also run on XFS and ext4 on loop devices over files on the same disk (root)")
+	fl.StringVar(&f.json, "json", "", "write the full report as JSON to `FILE` (- for stdout)")
+	fl.StringVar(&f.html, "html", "", "write a self-contained HTML page with charts to `FILE`")
+	fl.DurationVar(&f.duration, "duration", 0, "measured time (`DURATION`) of each cell (default: 1s, --quick 250ms)")
+	fl.DurationVar(&f.warmup, "warmup", 0, "warm-up (`DURATION`) before each warm cell (default: 300ms, --quick 100ms)")
+	fl.IntVar(&f.reps, "reps", 0, "`N` repetitions of each engine cell, median reported (default: 3, --quick 1)")
+	fl.StringVar(&f.fio, "fio", "", "the fio binary (`PATH`) for the peers (default: fio in PATH; \"none\": the built-in Go runner)")
+	fl.BoolVar(&f.noRaw, "no-raw", false, "skip the raw image file peer (the physical limit)")
+	fl.StringVar(&f.from, "from", "", "measure nothing: read a report written with --json from `FILE` and print or write it again")
+	cmd.RegisterFlagCompletionFunc("only", completeWords("W1", "W2", "W3", "W4", "W5"))
+	return cmd
 }
 
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+// benchFlags are the flags of bench.
+type benchFlags struct {
+	quick, smoke, kernelPeers, noRaw bool
+	only, volume, json, html, fio    string
+	from                             string
+	targets                          []string
+	duration, warmup                 time.Duration
+	warmupSet                        bool // --warmup was given
+	reps                             int
+}
 
 // benchStderr is where progress goes (a variable for tests).
 var benchStderr io.Writer = os.Stderr
@@ -35,74 +79,53 @@ var benchStderr io.Writer = os.Stderr
 // tables to stdout and writes the JSON and HTML reports. Without --volume
 // the volumes live in a temporary directory in the current directory (so
 // on the current disk), removed at the end.
-func runBench(args []string, stdout io.Writer) error {
-	fs := newFlags("bench")
-	quick := fs.Bool("quick", false, "a run of under a minute: small files, short cells, one repetition")
-	smoke := fs.Bool("smoke", false, "every cell for a few tens of milliseconds on tiny files (checks the output, measures nothing)")
-	only := fs.String("only", "", "run only these experiments (W1,W2,W3,W4,W5)")
-	vol := fs.String("volume", "", "keep volumes and prepared files in DIR for reuse, or use the sluice volume DIR for W1-W4")
-	var targets stringList
-	fs.Var(&targets, "target", "also run the workloads through system calls in DIR (repeatable)")
-	kernelPeers := fs.Bool("kernel-peers", false, "also run on XFS and ext4 on loop devices over files on the same disk (root)")
-	jsonOut := fs.String("json", "", "write the full report as JSON to FILE (- for stdout)")
-	htmlOut := fs.String("html", "", "write a self-contained HTML page with charts to FILE")
-	dur := fs.Duration("duration", 0, "measured time of each cell (default: 1s, --quick 250ms)")
-	warm := fs.Duration("warmup", -1, "warm-up before each warm cell (default: 300ms, --quick 100ms)")
-	reps := fs.Int("reps", 0, "repetitions of each engine cell, median reported (default: 3, --quick 1)")
-	fio := fs.String("fio", "", `fio binary for the peers (default: fio in PATH; "none": the built-in Go runner)`)
-	noRaw := fs.Bool("no-raw", false, "skip the raw image file peer (the physical limit)")
-	from := fs.String("from", "", "measure nothing: read a report written with --json and print or write it again")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 0 {
-		return &usageError{fmt.Sprintf("unexpected argument %q", pos[0])}
-	}
-	if *quick && *smoke {
+func runBench(f *benchFlags, args []string, stdout io.Writer) error {
+	if f.quick && f.smoke {
 		return &usageError{"--quick and --smoke exclude each other"}
 	}
-	cfg := bench.Config{Sizing: bench.Full, Volume: *vol, Targets: targets, KernelPeers: *kernelPeers,
-		Fio: *fio, NoRaw: *noRaw, Command: "sluice bench " + strings.Join(args, " ")}
+	cfg := bench.Config{Sizing: bench.Full, Volume: f.volume, Targets: f.targets, KernelPeers: f.kernelPeers,
+		Fio: f.fio, NoRaw: f.noRaw, Command: "sluice bench " + strings.Join(args, " ")}
 	switch {
-	case *quick:
+	case f.quick:
 		cfg.Sizing = bench.Quick
-	case *smoke:
+	case f.smoke:
 		cfg.Sizing = bench.Smoke
 	}
-	if *dur < 0 {
+	if f.duration < 0 {
 		return &usageError{"--duration must be positive"}
 	}
-	if *dur > 0 {
-		cfg.Sizing.Cell = *dur
+	if f.duration > 0 {
+		cfg.Sizing.Cell = f.duration
 	}
-	if *warm >= 0 {
-		cfg.Sizing.Warmup = *warm
+	// A negative --warmup leaves the default, as it always has.
+	if f.warmupSet && f.warmup >= 0 {
+		cfg.Sizing.Warmup = f.warmup
 	}
-	if *reps < 0 {
+	if f.reps < 0 {
 		return &usageError{"--reps must be positive"}
 	}
-	if *reps > 0 {
-		cfg.Sizing.Reps, cfg.Sizing.W5Reps = *reps, *reps
+	if f.reps > 0 {
+		cfg.Sizing.Reps, cfg.Sizing.W5Reps = f.reps, f.reps
 	}
-	if *only != "" {
-		if cfg.Only, err = bench.ParseOnly(*only); err != nil {
+	var err error
+	if f.only != "" {
+		if cfg.Only, err = bench.ParseOnly(f.only); err != nil {
 			return &usageError{err.Error()}
 		}
 	}
 	// Open the output files first: a typo should not cost a whole run.
 	var jsonW, htmlW io.WriteCloser
 	text := stdout
-	if *jsonOut == "-" {
+	if f.json == "-" {
 		jsonW, text = nopCloser{stdout}, benchStderr
-	} else if *jsonOut != "" {
-		if jsonW, err = os.Create(*jsonOut); err != nil {
+	} else if f.json != "" {
+		if jsonW, err = os.Create(f.json); err != nil {
 			return err
 		}
 		defer jsonW.Close()
 	}
-	if *htmlOut != "" {
-		if htmlW, err = os.Create(*htmlOut); err != nil {
+	if f.html != "" {
+		if htmlW, err = os.Create(f.html); err != nil {
 			return err
 		}
 		defer htmlW.Close()
@@ -117,8 +140,8 @@ func runBench(args []string, stdout io.Writer) error {
 	t0 := time.Now()
 	var rep *bench.Report
 	var runErr error
-	if *from != "" {
-		rep, runErr = readReport(*from)
+	if f.from != "" {
+		rep, runErr = readReport(f.from)
 	} else {
 		rep, runErr = bench.Run(ctx, cfg)
 	}
@@ -130,18 +153,18 @@ func runBench(args []string, stdout io.Writer) error {
 	}
 	if jsonW != nil {
 		if err := rep.WriteJSON(jsonW); err != nil {
-			return fmt.Errorf("writing %s: %w", *jsonOut, err)
+			return fmt.Errorf("writing %s: %w", f.json, err)
 		}
 	}
 	if htmlW != nil {
 		if err := rep.WriteHTML(htmlW); err != nil {
-			return fmt.Errorf("writing %s: %w", *htmlOut, err)
+			return fmt.Errorf("writing %s: %w", f.html, err)
 		}
 	}
 	if runErr != nil {
 		return runErr
 	}
-	if *from == "" {
+	if f.from == "" {
 		fmt.Fprintf(benchStderr, "sluice bench: done in %v\n", time.Since(t0).Round(time.Second))
 	}
 	return nil

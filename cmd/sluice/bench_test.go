@@ -24,7 +24,7 @@ func TestBenchFlagMistakes(t *testing.T) {
 		{[]string{"bench", "extra"}, `unexpected argument "extra"`},
 		{[]string{"bench", "--quick", "--smoke"}, "exclude each other"},
 		{[]string{"bench", "--duration", "-1s"}, "--duration must be positive"},
-		{[]string{"bench", "--bogus"}, "flag provided but not defined"},
+		{[]string{"bench", "--bogus"}, "unknown flag: --bogus"},
 	} {
 		code, out, errOut := sluiceRun(t, c.args...)
 		if code != 2 || out != "" || !strings.Contains(errOut, c.want) || !strings.Contains(errOut, "usage: sluice bench") {

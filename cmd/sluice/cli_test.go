@@ -267,7 +267,7 @@ func TestMkfsRefusals(t *testing.T) {
 		{"bad block size", []string{"mkfs", "VOL", "--size", "4M", "--block-size", "big"}, `--block-size: invalid size "big"`},
 		{"no volume", []string{"mkfs", "--size", "4M"}, "expected one VOLUME"},
 		{"two volumes", []string{"mkfs", "VOL", "VOL2", "--size", "4M"}, "expected one VOLUME"},
-		{"unknown flag", []string{"mkfs", "VOL", "--size", "4M", "--sise", "4M"}, "flag provided but not defined: -sise"},
+		{"unknown flag", []string{"mkfs", "VOL", "--size", "4M", "--sise", "4M"}, "unknown flag: --sise"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "vol")
@@ -328,6 +328,9 @@ func TestMkfsExistingVolume(t *testing.T) {
 	code, out, errOut = sluiceRun(t, "mkfs", dir, "--size", "8M", "--force")
 	if code != 0 {
 		t.Fatalf("mkfs --force: exit %d: %s", code, errOut)
+	}
+	if !strings.HasPrefix(out, "created volume "+dir+": uuid ") {
+		t.Errorf("mkfs --force printed %q", out)
 	}
 	j := statJSONOf(t, dir)
 	if j["uuid"] == uuid || j["device_bytes"] != float64(8<<20) {
@@ -842,9 +845,12 @@ func TestBinary(t *testing.T) {
 		}
 		wantOneLine(t, c.args[0], errOut, c.want)
 	}
-	for _, args := range [][]string{{}, {"frobnicate"}, {"mkfs"}, {"stat", "--json"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"mkfs"}, {"stat", "--json"}, {"mkfs", dir, "--sise", "4M"}} {
 		if code, _, errOut := exe(args...); code != 2 || errOut == "" {
 			t.Errorf("%v: exit %d, stderr %q", args, code, errOut)
 		}
+	}
+	if code, out, errOut := exe("mkfs", "--help"); code != 0 || errOut != "" || !strings.Contains(out, `(default "4096")`) {
+		t.Errorf("mkfs --help: exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 	}
 }

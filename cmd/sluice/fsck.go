@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/volume"
@@ -21,13 +23,25 @@ const (
 // fsckProblemLimit is the most problems sluice.CheckVolume records.
 const fsckProblemLimit = 1000
 
-func init() {
-	register(&command{
-		name:    "fsck",
-		usage:   "VOLUME [--json]",
-		summary: "check its consistency (exit 1: problems, 8: cannot check)",
-		run:     runFsck,
-	})
+func newFsckCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "fsck VOLUME [--json]",
+		Short: "check its consistency (exit 1: problems, 8: cannot check)",
+		Long: `Open VOLUME read-only and check the consistency of its metadata, without changing
+it: records that do not decode, extents against each other and free space,
+directory entries, link counts, sizes. The report goes to stdout; orphans (inodes unlinked while open) are listed but are not
+problems. The volume must not be in use (mounted).
+
+Exit status, as e2fsck's: 0 clean; 1 problems found (listed on stdout, their
+kinds on stderr); 8 the check could not run (the volume cannot be opened or read).`,
+		Args: wantArgs(1, "one VOLUME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runFsck(args[0], asJSON, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
 }
 
 // fsckJSON is the --json output of fsck.
@@ -42,17 +56,7 @@ type fsckJSON struct {
 // report goes to stdout; a volume with problems also gets one line on
 // stderr naming their kinds, and exit status 1. Orphans are listed but are
 // not problems.
-func runFsck(args []string, stdout io.Writer) error {
-	fs := newFlags("fsck")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return &usageError{"expected one VOLUME"}
-	}
-	dir := pos[0]
+func runFsck(dir string, asJSON bool, stdout io.Writer) error {
 	v, err := openVolumeReadOnly(dir)
 	if err != nil {
 		return &exitError{fsckOperational, err}
@@ -70,7 +74,7 @@ func runFsck(args []string, stdout io.Writer) error {
 	}
 	uuid := volume.UUIDString(v.Header.UUID)
 
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(fsckJSON{Volume: dir, UUID: uuid, Clean: r.Clean(), CheckReport: r}); err != nil {

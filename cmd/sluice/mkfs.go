@@ -6,16 +6,41 @@ import (
 	"io"
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sluicefs/sluice/volume"
 )
 
-func init() {
-	register(&command{
-		name:    "mkfs",
-		usage:   "VOLUME --size SIZE [--data BLOCKDEV] [--block-size 4096] [--io-unit 512] [--prealloc] [--force]",
-		summary: "create a volume",
-		run:     runMkfs,
-	})
+func newMkfsCommand() *cobra.Command {
+	var f mkfsFlags
+	cmd := &cobra.Command{
+		Use:   "mkfs VOLUME --size SIZE [--data BLOCKDEV] [--block-size 4096] [--io-unit 512] [--prealloc] [--force]",
+		Short: "create a volume",
+		Long: `Create the volume directory VOLUME: a data image of --size bytes, sparse unless
+--prealloc (or, with --data, a link to a whole block device), its metadata, and
+its lock file. Sizes are bytes with an optional K, M, G or T suffix (binary
+units; KiB and KB mean the same).`,
+		Example: `  sluice mkfs /var/lib/vol --size 16G
+  sluice mkfs /var/lib/vol --data /dev/nvme0n1 --block-size 4096 --io-unit 512`,
+		Args: wantArgs(1, "one VOLUME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMkfs(args[0], &f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.size, "size", "", "`SIZE` of the data image (4096, 512K, 64M, 16G, 1T); required without --data")
+	fl.StringVar(&f.data, "data", "", "use the block device `BLOCKDEV` instead of an image file VOLUME/data")
+	fl.StringVar(&f.blockSize, "block-size", "4096", "file-system block `SIZE`: a power of two from 512 B to 64 KiB")
+	fl.StringVar(&f.ioUnit, "io-unit", "512", "device I/O unit (`SIZE`): a power of two from 512 B up to the block size")
+	fl.BoolVar(&f.prealloc, "prealloc", false, "allocate the whole image up front instead of creating it sparse")
+	fl.BoolVar(&f.force, "force", false, "overwrite an existing volume directory (not one in use), or a block device holding a volume")
+	return cmd
+}
+
+// mkfsFlags are the flags of mkfs.
+type mkfsFlags struct {
+	size, data, blockSize, ioUnit string
+	prealloc, force               bool
 }
 
 // Geometry limits the engine relies on (volume.Mkfs checks them too; they
@@ -30,27 +55,12 @@ const (
 // runMkfs creates a volume with volume.Mkfs, after checking the flags
 // itself so that each refusal names the flag and a value that works, and
 // prints one summary line read back from the new volume.
-func runMkfs(args []string, stdout io.Writer) error {
-	fs := newFlags("mkfs")
-	sizeFlag := fs.String("size", "", "size of the data image (4096, 512K, 64M, 16G, 1T)")
-	data := fs.String("data", "", "use this block device instead of an image file VOLUME/data")
-	blockFlag := fs.String("block-size", "4096", "file-system block size: a power of two from 512 B to 64 KiB")
-	ioFlag := fs.String("io-unit", "512", "device I/O unit: a power of two from 512 B up to the block size")
-	prealloc := fs.Bool("prealloc", false, "allocate the whole image up front instead of creating it sparse")
-	force := fs.Bool("force", false, "overwrite an existing volume directory (not one in use)")
-	pos, err := parseInterspersed(fs, args)
+func runMkfs(dir string, f *mkfsFlags, stdout io.Writer) error {
+	o, err := mkfsOptions(f.size, f.data, f.blockSize, f.ioUnit, f.force)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return &usageError{"expected one VOLUME"}
-	}
-	dir := pos[0]
-	o, err := mkfsOptions(*sizeFlag, *data, *blockFlag, *ioFlag, *force)
-	if err != nil {
-		return err
-	}
-	o.Prealloc, o.Force = *prealloc, *force
+	o.Prealloc, o.Force = f.prealloc, f.force
 
 	// A failed mkfs must not leave a half-made volume behind that the next
 	// attempt would refuse as "not empty": remove the directory if this

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice"
@@ -22,13 +23,59 @@ import (
 	"github.com/sluicefs/sluice/volume"
 )
 
-func init() {
-	register(&command{
-		name:    "mount",
-		usage:   "VOLUME DIR [--policy concurrent|classic] [--cache-size SIZE] [--metrics ADDR] [-o OPTS] [--debug]",
-		summary: "serve a volume through FUSE in the foreground (creates it on first use)",
-		run:     runMount,
-	})
+func newMountCommand() *cobra.Command {
+	var f mountFlags
+	cmd := &cobra.Command{
+		Use:   "mount VOLUME DIR [--policy concurrent|classic] [--cache-size SIZE] [--metrics ADDR] [-o OPTS] [--debug]",
+		Short: "serve a volume through FUSE in the foreground (creates it on first use)",
+		Long: `Serve the volume VOLUME on the directory DIR through FUSE, in the foreground, until
+it is unmounted (sluice umount DIR) or interrupted. A VOLUME that does not exist
+(or is an empty directory) is created first, as a sparse image of --size bytes.
+It needs /dev/fuse and either root or fusermount3.
+
+Who may use the mount: A mount made by root is open to every user, with the
+kernel enforcing file modes (default_permissions), as on XFS. An unprivileged mount
+(through fusermount3) keeps FUSE's default: only the mounting user may enter,
+unless /etc/fuse.conf has user_allow_other and ` + "`-o allow_other`" + ` is given. ` + "`-o`" + ` passes
+allow_other, ro, suid, nosuid, dev, nodev, exec, noexec, noatime through.
+
+At the first SIGINT (Ctrl-C) or SIGTERM it makes everything durable, unmounts
+(waiting up to --grace for files open on the mount to be closed, then aborting the
+FUSE connection), closes the volume and exits 0. A second signal aborts at once
+(exit 1); a third exits immediately.`,
+		Example: `  sluice mount /var/lib/vol /mnt/vol
+  sluice mount /var/lib/vol /mnt/vol -o allow_other,noatime --policy classic --cache-size 1G
+  sluice mount /var/lib/vol /mnt/vol --metrics localhost:9100 --debug`,
+		Args: wantArgs(2, "VOLUME and DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMount(args[0], args[1], &f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.policy, "policy", "concurrent", "the I/O `POLICY`: concurrent, classic, or a comma-separated list of Policy fields to switch on")
+	fl.StringVar(&f.cacheSize, "cache-size", "256M", "`SIZE` of sluice's page cache")
+	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics (and /debug/pprof) on `ADDR`, e.g. localhost:9100")
+	fl.VarP(&f.opts, "options", "o", "mount `OPTS`, comma-separated, repeatable: allow_other, ro, suid, nosuid, dev, nodev, exec, noexec, noatime")
+	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request and reply")
+	fl.StringVar(&f.size, "size", fmt.Sprintf("%dG", DefaultVolumeSize>>30), "`SIZE` of the sparse image when VOLUME is created")
+	fl.StringVar(&f.cache, "cache", "kernel", "who caches buffered data, the cache `MODE`: kernel (the page cache) or sluice (FOPEN_DIRECT_IO everywhere)")
+	fl.BoolVar(&f.writeback, "writeback-cache", false, "with --cache kernel: let the kernel cache writes (CAP_WRITEBACK_CACHE)")
+	fl.BoolVar(&f.strictDIO, "strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
+	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
+	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
+	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "classic"))
+	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
+	cmd.RegisterFlagCompletionFunc("options", completeWords("allow_other", "ro", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "noatime"))
+	return cmd
+}
+
+// mountFlags are the flags of mount.
+type mountFlags struct {
+	policy, cacheSize, metrics, size, cache string
+	opts                                    optList
+	debug, writeback, strictDIO             bool
+	maxBackground                           int
+	grace                                   time.Duration
 }
 
 // DefaultVolumeSize is the size of the sparse data image that `sluice
@@ -41,10 +88,12 @@ const DefaultVolumeSize = 16 << 30
 // mount to be closed before it aborts the FUSE connection.
 const DefaultGrace = 10 * time.Second
 
-// optList collects -o options (repeatable, comma-separated).
+// optList collects -o options (repeatable, comma-separated). It is a
+// pflag.Value.
 type optList []string
 
 func (o *optList) String() string { return strings.Join(*o, ",") }
+func (o *optList) Type() string   { return "opts" }
 
 func (o *optList) Set(s string) error {
 	for _, p := range strings.Split(s, ",") {
@@ -62,42 +111,21 @@ func (o *optList) Set(s string) error {
 // closed, then aborting the FUSE connection), closes the engine (which
 // writes back and syncs again) and exits 0. A second signal stops the
 // waiting and aborts at once (exit 1); a third exits immediately.
-func runMount(args []string, stdout io.Writer) error {
-	fl := newFlags("mount")
-	policyFlag := fl.String("policy", "concurrent", "I/O policy: concurrent, classic, or a list of Policy fields")
-	cacheSize := fl.String("cache-size", "256M", "memory for sluice's page cache")
-	metricsAddr := fl.String("metrics", "", "serve Prometheus metrics (and /debug/pprof) on this address, e.g. localhost:9100")
-	var opts optList
-	fl.Var(&opts, "o", "mount options, comma-separated: allow_other, ro, noatime, noexec, ... (repeatable)")
-	debug := fl.Bool("debug", false, "log every FUSE request and reply")
-	sizeFlag := fl.String("size", fmt.Sprintf("%dG", DefaultVolumeSize>>30), "size of the sparse image when VOLUME is created")
-	cacheMode := fl.String("cache", "kernel", "who caches buffered data: kernel (page cache, default) or sluice (FOPEN_DIRECT_IO everywhere)")
-	writeback := fl.Bool("writeback-cache", false, "with --cache kernel: let the kernel cache writes (CAP_WRITEBACK_CACHE)")
-	strictDIO := fl.Bool("strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
-	maxBg := fl.Int("max-background", fusefs.DefaultMaxBackground, "kernel limit on background FUSE requests (readahead, async direct I/O)")
-	grace := fl.Duration("grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait for open files before aborting the mount")
-	pos, err := parseInterspersed(fl, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 2 {
-		return &usageError{"expected VOLUME and DIR"}
-	}
-	volDir, mnt := pos[0], pos[1]
-	pol, err := sluice.ParsePolicy(*policyFlag)
+func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
+	pol, err := sluice.ParsePolicy(f.policy)
 	if err != nil {
 		return &usageError{"--policy: " + err.Error()}
 	}
-	cacheBytes, err := volume.ParseSize(*cacheSize)
+	cacheBytes, err := volume.ParseSize(f.cacheSize)
 	if err != nil {
 		return &usageError{"--cache-size: " + err.Error()}
 	}
-	mode, err := fusefs.ParseCacheMode(*cacheMode)
+	mode, err := fusefs.ParseCacheMode(f.cache)
 	if err != nil {
 		return &usageError{"--cache: " + err.Error()}
 	}
 	readOnly := false
-	for _, o := range opts {
+	for _, o := range f.opts {
 		if o == "ro" {
 			readOnly = true
 		}
@@ -114,7 +142,7 @@ func runMount(args []string, stdout io.Writer) error {
 	if err := fusefs.CheckMountpoint(mnt); err != nil {
 		return err
 	}
-	if err := createIfMissing(volDir, *sizeFlag, readOnly, stdout); err != nil {
+	if err := createIfMissing(volDir, f.size, readOnly, stdout); err != nil {
 		return err
 	}
 	eopts := &sluice.Options{Policy: &pol, CacheSizeBytes: cacheBytes, ReadOnly: readOnly}
@@ -124,24 +152,24 @@ func runMount(args []string, stdout io.Writer) error {
 	}
 	fopts := &fusefs.Options{
 		Cache:          mode,
-		WritebackCache: *writeback,
-		StrictDirectIO: *strictDIO,
-		MaxBackground:  *maxBg,
+		WritebackCache: f.writeback,
+		StrictDirectIO: f.strictDIO,
+		MaxBackground:  f.maxBackground,
 		ReadOnly:       readOnly,
-		MountOptions:   opts,
+		MountOptions:   f.opts,
 		FsName:         volDir,
-		Debug:          *debug,
+		Debug:          f.debug,
 		Logger:         logger,
 	}
 	var metricsSrv *http.Server
-	if *metricsAddr != "" {
+	if f.metrics != "" {
 		fopts.Metrics = fusefs.NewMetrics()
-		metricsSrv, err = serveMetrics(*metricsAddr, fopts.Metrics, logger)
+		metricsSrv, err = serveMetrics(f.metrics, fopts.Metrics, logger)
 		if err != nil {
 			eng.Close()
 			return err
 		}
-		fmt.Fprintf(stdout, "metrics on http://%s/metrics, profiles on http://%s/debug/pprof/\n", *metricsAddr, *metricsAddr)
+		fmt.Fprintf(stdout, "metrics on http://%s/metrics, profiles on http://%s/debug/pprof/\n", f.metrics, f.metrics)
 	}
 	srv, err := fusefs.Mount(eng, mnt, fopts)
 	if err != nil {
@@ -152,7 +180,7 @@ func runMount(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "mounted %s on %s (policy %s, cache %s, page cache %d MiB); stop with Ctrl-C or: sluice umount %s\n",
 		volDir, mnt, o.Policy, mode, o.CacheSizeBytes>>20, mnt)
 
-	forced := waitAndUnmount(srv, eng, *grace, logger)
+	forced := waitAndUnmount(srv, eng, f.grace, logger)
 	if metricsSrv != nil {
 		metricsSrv.Close()
 	}

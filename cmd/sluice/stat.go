@@ -10,17 +10,27 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/volume"
 )
 
-func init() {
-	register(&command{
-		name:    "stat",
-		usage:   "VOLUME [--json]",
-		summary: "show the header and space usage",
-		run:     runStat,
-	})
+func newStatCommand() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stat VOLUME [--json]",
+		Short: "show the header and space usage",
+		Long: `Open VOLUME read-only and show its header (UUID, format, geometry), its data
+device and how it is driven, and its space and inode usage. The volume must not
+be in use (mounted).`,
+		Args: wantArgs(1, "one VOLUME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runStat(args[0], asJSON, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
 }
 
 // statJSON is the --json output of stat: volume.Info plus the byte counts
@@ -35,17 +45,7 @@ type statJSON struct {
 
 // runStat opens the volume read-only and prints its header and space
 // usage: one "key value" line each, sizes in bytes and IEC units.
-func runStat(args []string, stdout io.Writer) error {
-	fs := newFlags("stat")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return &usageError{"expected one VOLUME"}
-	}
-	dir := pos[0]
+func runStat(dir string, asJSON bool, stdout io.Writer) error {
 	v, err := openVolumeReadOnly(dir)
 	if err != nil {
 		return err
@@ -64,7 +64,7 @@ func runStat(args []string, stdout io.Writer) error {
 		UsedBytes: in.UsedBlocks * bs,
 		FreeBytes: in.FreeBlocks * bs,
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)

@@ -11,34 +11,44 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/sluicefs/sluice/fusefs"
 )
 
-func init() {
-	register(&command{
-		name:    "umount",
-		usage:   "DIR [--lazy] [--force] [--timeout 60s]",
-		summary: "unmount a sluice mount (and clear a stale one)",
-		run:     runUmount,
-	})
+func newUmountCommand() *cobra.Command {
+	var f umountFlags
+	cmd := &cobra.Command{
+		Use:   "umount DIR [--lazy] [--force] [--timeout 60s]",
+		Short: "unmount a sluice mount (and clear a stale one)",
+		Long: `Unmount the sluice mount on DIR and wait (up to --timeout) for its sluice mount
+process to write the volume back and close it. A stale mount, whose process died
+(the mount point answers ENOTCONN), is detached lazily, which always works; the
+next sluice mount recovers the volume. Works for the user who mounted through
+fusermount3 as well as for root.`,
+		Args: wantArgs(1, "one DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runUmount(args[0], &f, cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.BoolVar(&f.lazy, "lazy", false, "detach now; the mount ends when the last open file is closed (umount -l)")
+	fl.BoolVar(&f.force, "force", false, "abort the FUSE connection: open files fail with ENOTCONN (umount -f)")
+	fl.DurationVar(&f.timeout, "timeout", 60*time.Second, "how long to wait (`DURATION`) for the sluice mount process to close the volume")
+	return cmd
+}
+
+// umountFlags are the flags of umount.
+type umountFlags struct {
+	lazy, force bool
+	timeout     time.Duration
 }
 
 // runUmount unmounts DIR and waits for its daemon to finish writing the
 // volume back. A stale mount (its daemon died: ENOTCONN) is detached
 // lazily, which always works.
-func runUmount(args []string, stdout io.Writer) error {
-	fl := newFlags("umount")
-	lazy := fl.Bool("lazy", false, "detach now; the mount ends when the last open file is closed (umount -l)")
-	force := fl.Bool("force", false, "abort the FUSE connection: open files fail with ENOTCONN (umount -f)")
-	timeout := fl.Duration("timeout", 60*time.Second, "how long to wait for the daemon to close the volume")
-	pos, err := parseInterspersed(fl, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return &usageError{"expected one DIR"}
-	}
-	dir, err := filepath.Abs(pos[0])
+func runUmount(dir string, f *umountFlags, stdout io.Writer) error {
+	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
@@ -57,16 +67,16 @@ func runUmount(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%s is a %s mount, not a sluice one", dir, m.FSType)
 	}
 	pid := daemonPid(m.Source)
-	if err := fusefs.Unmount(dir, fusefs.UnmountOptions{Lazy: *lazy, Force: *force}); err != nil {
+	if err := fusefs.Unmount(dir, fusefs.UnmountOptions{Lazy: f.lazy, Force: f.force}); err != nil {
 		return err
 	}
-	if *lazy && !*force {
+	if f.lazy && !f.force {
 		fmt.Fprintf(stdout, "detached %s; it ends when its last open file is closed\n", dir)
 		return nil
 	}
 	if pid > 0 {
-		if !waitExit(pid, *timeout) {
-			return fmt.Errorf("unmounted %s, but sluice (pid %d) has not closed volume %s after %v", dir, pid, m.Source, *timeout)
+		if !waitExit(pid, f.timeout) {
+			return fmt.Errorf("unmounted %s, but sluice (pid %d) has not closed volume %s after %v", dir, pid, m.Source, f.timeout)
 		}
 		fmt.Fprintf(stdout, "unmounted %s; sluice (pid %d) closed volume %s\n", dir, pid, m.Source)
 		return nil
