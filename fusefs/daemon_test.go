@@ -437,18 +437,10 @@ func TestUnprivilegedMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := startDaemonAs(t, cred, vol, mnt)
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var line string
-	for _, l := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(l, " "+mnt+" ") {
-			line = l
-		}
-	}
-	if !strings.Contains(line, "user_id=65534") {
-		t.Errorf("the mount is not the user's (fusermount3 was not used?): %q", line)
+	if m, ok := FindMount(mnt); !ok {
+		t.Fatalf("%s is not a mount point", mnt)
+	} else if uid, _ := m.Option("user_id"); uid != "65534" {
+		t.Errorf("the mount is not the user's (fusermount3 was not used?): %+v", m)
 	}
 	as := func(name string, args ...string) (string, error) {
 		cmd := exec.Command(name, args...)

@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/internal/mountinfo"
 )
 
 // Mount problems that CheckMountpoint reports; errors.Is works on the
@@ -54,12 +54,10 @@ func CheckMountpoint(dir string) error {
 	return nil
 }
 
-// MountInfo describes one mount from /proc/self/mountinfo.
-type MountInfo struct {
-	Dir    string // mount point
-	FSType string // e.g. fuse.sluice
-	Source string // for sluice: the volume directory
-}
+// MountInfo describes one mount from /proc/self/mountinfo: its mount
+// point (Point), type (FSType, "fuse.sluice" for sluice), source (Source,
+// the volume directory for `sluice mount`) and options.
+type MountInfo = mountinfo.Mount
 
 // FindMount returns the topmost mount on dir, if dir is a mount point.
 func FindMount(dir string) (MountInfo, bool) {
@@ -67,61 +65,11 @@ func FindMount(dir string) (MountInfo, bool) {
 	if err != nil {
 		return MountInfo{}, false
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	t, err := mountinfo.Read()
 	if err != nil {
 		return MountInfo{}, false
 	}
-	defer f.Close()
-	var found MountInfo
-	ok := false
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		fields := strings.Fields(s.Text())
-		sep := -1
-		for i, fl := range fields {
-			if fl == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
-			continue
-		}
-		if unescapeMount(fields[4]) == abs {
-			found = MountInfo{Dir: abs, FSType: fields[sep+1], Source: unescapeMount(fields[sep+2])}
-			ok = true // keep going: the last one is the topmost
-		}
-	}
-	return found, ok
-}
-
-// unescapeMount undoes the octal escapes of /proc/self/mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			okNum := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					okNum = false
-				}
-				v = v*8 + c - '0'
-			}
-			if okNum {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return t.At(abs)
 }
 
 // Server is a mounted sluice file system being served.
