@@ -5,9 +5,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -159,19 +157,6 @@ func pattern(n int, seed byte) []byte {
 
 // alignedBuf returns a 4 KiB-aligned buffer for O_DIRECT system calls.
 func alignedBuf(n int) []byte { return device.AlignedBuf(n) }
-
-func mustErrno(t testing.TB, err error, want syscall.Errno) {
-	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), want.Error()) {
-		var got syscall.Errno
-		if e, ok := err.(syscall.Errno); ok {
-			got = e
-		}
-		if got != want {
-			t.Fatalf("got error %v, want %v", err, want)
-		}
-	}
-}
 
 // cacheConfigs are the buffered-I/O configurations the battery tests run
 // in: the default (kernel page cache, write-through), the engine's page
