@@ -47,6 +47,10 @@ type envOpts struct {
 	ioUnit int // device I/O unit; 512 if 0
 	engine sluice.Options
 	fuse   Options
+	// public puts the mount point in a directory every user may enter
+	// (t.TempDir is its user's only), for tests that use the mount as
+	// another user.
+	public bool
 }
 
 // syncBuffer collects log output for assertions.
@@ -95,7 +99,11 @@ func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 		t.Fatal(err)
 	}
 	e := &mountEnv{t: t, mem: mem, fault: fault, vol: v, eng: eng, logs: &syncBuffer{}}
-	e.dir = filepath.Join(t.TempDir(), "mnt")
+	parent := t.TempDir()
+	if o.public {
+		parent = publicTempDir(t.(*testing.T))
+	}
+	e.dir = filepath.Join(parent, "mnt")
 	if err := os.Mkdir(e.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
