@@ -552,7 +552,8 @@ func TestMountRefusals(t *testing.T) {
 }
 
 // TestReadOnlyMount: -o ro serves the volume read-only: reads work,
-// writes fail with EROFS, and the volume is not changed.
+// writes fail with EROFS, and the volume is not changed. The options reach
+// the kernel's mount, with root's defaults.
 func TestReadOnlyMount(t *testing.T) {
 	requireFUSE(t)
 	vol, mnt := volumeAndMountpoint(t)
@@ -568,6 +569,14 @@ func TestReadOnlyMount(t *testing.T) {
 	}
 	if m, ok := FindMount(mnt); !ok || m.Source != vol {
 		t.Errorf("mount source %q, want the volume %q", m.Source, vol)
+	} else if os.Geteuid() == 0 {
+		// sluice mount passes -o through, and a mount by root is open
+		// to every user.
+		for _, o := range []string{"ro", "noatime", "allow_other", "default_permissions", "nosuid", "nodev"} {
+			if !m.HasOption(o) {
+				t.Errorf("option %s missing: %s / %s", o, m.Options, m.SuperOptions)
+			}
+		}
 	}
 	if code := d2.umount(mnt); code != 0 {
 		t.Fatalf("read-only daemon exit %d\n%s", code, d2.stderr)
