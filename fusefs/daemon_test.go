@@ -436,19 +436,22 @@ func TestUnprivilegedMount(t *testing.T) {
 	if err := os.Chown(tmp, nobody, nobody); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemonAs(t, cred, vol, mnt)
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var line string
-	for _, l := range strings.Split(string(mounts), "\n") {
-		if strings.Contains(l, " "+mnt+" ") {
-			line = l
+	d := startDaemonAs(t, cred, vol, mnt, "-o", "noexec,noatime")
+	if m, ok := FindMount(mnt); !ok {
+		t.Fatalf("%s is not a mount point", mnt)
+	} else {
+		if uid, _ := m.Option("user_id"); uid != "65534" {
+			t.Errorf("the mount is not the user's (fusermount3 was not used?): %+v", m)
 		}
-	}
-	if !strings.Contains(line, "user_id=65534") {
-		t.Errorf("the mount is not the user's (fusermount3 was not used?): %q", line)
+		// FUSE's default for a user's mount: that user only.
+		if m.HasOption("allow_other") {
+			t.Errorf("a user's mount is open to every user without -o allow_other: %+v", m)
+		}
+		for _, o := range []string{"default_permissions", "nosuid", "nodev", "noexec", "noatime"} {
+			if !m.HasOption(o) {
+				t.Errorf("option %s missing from the user's mount: %+v", o, m)
+			}
+		}
 	}
 	as := func(name string, args ...string) (string, error) {
 		cmd := exec.Command(name, args...)
@@ -468,6 +471,52 @@ func TestUnprivilegedMount(t *testing.T) {
 		t.Fatalf("daemon exit %d\nstderr:\n%s", code, d.stderr)
 	}
 	checkVolume(t, vol)
+}
+
+// TestUnprivilegedAllowOtherRefused: a user other than root who asks for
+// -o allow_other while /etc/fuse.conf lacks user_allow_other is told so,
+// before fusermount3 runs, and nothing is mounted.
+func TestUnprivilegedAllowOtherRefused(t *testing.T) {
+	requireFUSE(t)
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run the daemon as another user")
+	}
+	if ok, err := userAllowOther(fuseConfPath); err != nil || ok {
+		t.Skipf("%s has user_allow_other (or cannot be read: %v)", fuseConfPath, err)
+	}
+	const nobody = 65534
+	bin := buildSluice(t)
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := os.MkdirTemp("", "sluice-allow-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmp) })
+	mnt := filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(tmp, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(mnt, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "mount", filepath.Join(tmp, "vol"), mnt, "--size", "1G", "-o", "allow_other")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, NoSetGroups: true}}
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		_ = Unmount(mnt, UnmountOptions{Force: true})
+		t.Fatalf("mount -o allow_other by a user succeeded without user_allow_other:\n%s", out)
+	}
+	if !strings.Contains(string(out), "user_allow_other") || !strings.Contains(string(out), fuseConfPath) || strings.Contains(string(out), "fusermount") {
+		t.Errorf("refusal does not explain itself (or fusermount3 ran): %s", out)
+	}
+	if _, ok := FindMount(mnt); ok {
+		t.Error("mounted anyway")
+	}
 }
 
 // TestMountRefusals: a missing mount point, a file as mount point, and a
@@ -503,7 +552,8 @@ func TestMountRefusals(t *testing.T) {
 }
 
 // TestReadOnlyMount: -o ro serves the volume read-only: reads work,
-// writes fail with EROFS, and the volume is not changed.
+// writes fail with EROFS, and the volume is not changed. The options reach
+// the kernel's mount, with root's defaults.
 func TestReadOnlyMount(t *testing.T) {
 	requireFUSE(t)
 	vol, mnt := volumeAndMountpoint(t)
@@ -519,6 +569,14 @@ func TestReadOnlyMount(t *testing.T) {
 	}
 	if m, ok := FindMount(mnt); !ok || m.Source != vol {
 		t.Errorf("mount source %q, want the volume %q", m.Source, vol)
+	} else if os.Geteuid() == 0 {
+		// sluice mount passes -o through, and a mount by root is open
+		// to every user.
+		for _, o := range []string{"ro", "noatime", "allow_other", "default_permissions", "nosuid", "nodev"} {
+			if !m.HasOption(o) {
+				t.Errorf("option %s missing: %s / %s", o, m.Options, m.SuperOptions)
+			}
+		}
 	}
 	if code := d2.umount(mnt); code != 0 {
 		t.Fatalf("read-only daemon exit %d\n%s", code, d2.stderr)

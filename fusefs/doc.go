@@ -28,6 +28,28 @@
 // libaio/io_uring O_DIRECT request, so go-fuse's default of 12 caps a QD32
 // benchmark at 12); parallel dirops; default_permissions always (the
 // kernel checks permissions against the mode and owner sluice reports).
+//
+// # Who may use a mount
+//
+// A mount made by root is open to every user (allow_other), as a kernel
+// file system mounted by an administrator is; with default_permissions the
+// kernel then answers every user by the modes, owners, sticky and
+// set-group-ID bits as it does on XFS (EPERM for a chmod by a non-owner,
+// EACCES for a mode that refuses). Without allow_other FUSE refuses every
+// other user at the mount point itself (EACCES, even for root), which is
+// FUSE's default for a mount made by a user through fusermount3 and
+// sluice's for such a mount too. Options.Access chooses otherwise:
+// AccessMounter keeps a root mount to root; AccessEveryone (or -o
+// allow_other) opens a user's mount, which fusermount3 allows only with
+// user_allow_other in /etc/fuse.conf, and Mount says so rather than leave
+// fusermount3 to fail. To keep users out of part of a mount, use modes, as
+// on any file system.
+//
+// Flag options (-o ro, noexec, noatime, ...) are mount(2) flags as root
+// and fusermount3 options otherwise; every mount is nosuid,nodev unless
+// root asks for suid or dev. Options.MountOptions lists what is taken; an
+// option the kernel or fusermount3 would refuse or ignore is refused by
+// Mount with the reason.
 // Extra capabilities: ASYNC_DIO, HANDLE_KILLPRIV_V2 (the engine strips
 // set-user-ID and capabilities on write, so the kernel stops asking for
 // security.capability before each write), ATOMIC_O_TRUNC,

@@ -5,9 +5,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -49,6 +47,10 @@ type envOpts struct {
 	ioUnit int // device I/O unit; 512 if 0
 	engine sluice.Options
 	fuse   Options
+	// public puts the mount point in a directory every user may enter
+	// (t.TempDir is its user's only), for tests that use the mount as
+	// another user.
+	public bool
 }
 
 // syncBuffer collects log output for assertions.
@@ -97,7 +99,11 @@ func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 		t.Fatal(err)
 	}
 	e := &mountEnv{t: t, mem: mem, fault: fault, vol: v, eng: eng, logs: &syncBuffer{}}
-	e.dir = filepath.Join(t.TempDir(), "mnt")
+	parent := t.TempDir()
+	if o.public {
+		parent = publicTempDir(t.(*testing.T))
+	}
+	e.dir = filepath.Join(parent, "mnt")
 	if err := os.Mkdir(e.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -159,19 +165,6 @@ func pattern(n int, seed byte) []byte {
 
 // alignedBuf returns a 4 KiB-aligned buffer for O_DIRECT system calls.
 func alignedBuf(n int) []byte { return device.AlignedBuf(n) }
-
-func mustErrno(t testing.TB, err error, want syscall.Errno) {
-	t.Helper()
-	if err == nil || !strings.Contains(err.Error(), want.Error()) {
-		var got syscall.Errno
-		if e, ok := err.(syscall.Errno); ok {
-			got = e
-		}
-		if got != want {
-			t.Fatalf("got error %v, want %v", err, want)
-		}
-	}
-}
 
 // cacheConfigs are the buffered-I/O configurations the battery tests run
 // in: the default (kernel page cache, write-through), the engine's page

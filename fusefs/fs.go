@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -330,6 +329,3 @@ func (fs *FS) ownerFor(parent sluice.Ino, caller *fuse.Caller) (sluice.Owner, ui
 	}
 	return own, 0, nil
 }
-
-// errHandle describes a bad handle for tests and logs.
-func errHandle(fh uint64) error { return fmt.Errorf("no open file handle %d", fh) }

@@ -12,6 +12,7 @@ import (
 // the process that serves the mount.
 var helpers = map[string]func(args []string) error{
 	"mmap": helperMmap,
+	"perm": helperPerm,
 }
 
 func TestMain(m *testing.M) {
@@ -23,8 +24,10 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	code := m.Run()
-	if sluiceBinDir != "" {
-		os.RemoveAll(sluiceBinDir)
+	for _, dir := range []string{sluiceBinDir, publicBinDir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }

@@ -1,7 +1,6 @@
 package fusefs
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/internal/mountinfo"
 )
 
 // Mount problems that CheckMountpoint reports; errors.Is works on the
@@ -54,12 +54,10 @@ func CheckMountpoint(dir string) error {
 	return nil
 }
 
-// MountInfo describes one mount from /proc/self/mountinfo.
-type MountInfo struct {
-	Dir    string // mount point
-	FSType string // e.g. fuse.sluice
-	Source string // for sluice: the volume directory
-}
+// MountInfo describes one mount from /proc/self/mountinfo: its mount
+// point (Point), type (FSType, "fuse.sluice" for sluice), source (Source,
+// the volume directory for `sluice mount`) and options.
+type MountInfo = mountinfo.Mount
 
 // FindMount returns the topmost mount on dir, if dir is a mount point.
 func FindMount(dir string) (MountInfo, bool) {
@@ -67,61 +65,11 @@ func FindMount(dir string) (MountInfo, bool) {
 	if err != nil {
 		return MountInfo{}, false
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	t, err := mountinfo.Read()
 	if err != nil {
 		return MountInfo{}, false
 	}
-	defer f.Close()
-	var found MountInfo
-	ok := false
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		// id parent major:minor root mountpoint options [optional...] - fstype source superopts
-		fields := strings.Fields(s.Text())
-		sep := -1
-		for i, fl := range fields {
-			if fl == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(fields) < 5 || sep < 0 || sep+2 >= len(fields) {
-			continue
-		}
-		if unescapeMount(fields[4]) == abs {
-			found = MountInfo{Dir: abs, FSType: fields[sep+1], Source: unescapeMount(fields[sep+2])}
-			ok = true // keep going: the last one is the topmost
-		}
-	}
-	return found, ok
-}
-
-// unescapeMount undoes the octal escapes of /proc/self/mountinfo.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			okNum := true
-			for _, c := range []byte(s[i+1 : i+4]) {
-				if c < '0' || c > '7' {
-					okNum = false
-				}
-				v = v*8 + c - '0'
-			}
-			if okNum {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return t.At(abs)
 }
 
 // Server is a mounted sluice file system being served.
@@ -152,7 +100,11 @@ const capabilities = fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP
 
 // Mount mounts eng on dir and serves it until Unmount (or an unmount from
 // outside). It checks dir with CheckMountpoint first. As root it calls
-// mount(2) itself; otherwise it runs fusermount3.
+// mount(2) itself, and the mount is open to every user unless o.Access
+// says otherwise; any other user mounts through fusermount3, and the
+// mount is that user's alone unless o asks for allow_other (see Access and
+// Options.MountOptions). The kernel checks permissions against the modes
+// sluice reports (default_permissions) either way.
 func Mount(eng *sluice.FS, dir string, o *Options) (*Server, error) {
 	fs, err := New(eng, o)
 	if err != nil {
@@ -165,7 +117,11 @@ func Mount(eng *sluice.FS, dir string, o *Options) (*Server, error) {
 	if err := CheckMountpoint(abs); err != nil {
 		return nil, err
 	}
-	srv, err := fuse.NewServer(fs, abs, fs.mountOptions())
+	mo, err := fs.mountOptions(os.Geteuid())
+	if err != nil {
+		return nil, fmt.Errorf("mounting on %s: %w", abs, err)
+	}
+	srv, err := fuse.NewServer(fs, abs, mo)
 	if err != nil {
 		return nil, fmt.Errorf("mounting on %s: %w", abs, err)
 	}
@@ -181,20 +137,29 @@ func Mount(eng *sluice.FS, dir string, o *Options) (*Server, error) {
 	return s, nil
 }
 
-// mountOptions builds go-fuse's options.
-func (fs *FS) mountOptions() *fuse.MountOptions {
+// mountOptions builds go-fuse's options for a mount made by a process
+// with effective user ID euid (see resolveMount).
+func (fs *FS) mountOptions(euid int) (*fuse.MountOptions, error) {
 	o := &fs.opts
-	root := os.Geteuid() == 0
+	km, err := resolveMount(o, euid)
+	if err != nil {
+		return nil, err
+	}
 	mo := &fuse.MountOptions{
-		AllowOther:        o.AllowOther,
-		MaxBackground:     o.MaxBackground,
-		MaxWrite:          o.MaxWrite,
-		FsName:            o.FsName,
-		Name:              "sluice",
-		Debug:             o.Debug,
-		Logger:            o.Logger,
-		PanicHandler:      fs.panicHandler,
-		DirectMountStrict: root,
+		AllowOther:    km.allowOther,
+		Options:       km.options,
+		MaxBackground: o.MaxBackground,
+		MaxWrite:      o.MaxWrite,
+		FsName:        o.FsName,
+		Name:          "sluice",
+		Debug:         o.Debug,
+		Logger:        o.Logger,
+		PanicHandler:  fs.panicHandler,
+		// Root calls mount(2) itself, with these flags; go-fuse never
+		// falls back to fusermount3 for root, so a refusal is reported
+		// as the kernel's.
+		DirectMountStrict: euid == 0,
+		DirectMountFlags:  km.flags,
 		ExtraCapabilities: capabilities,
 		// Passthrough does not apply (sluice's files are extents on a
 		// device, not host files), and negotiating it would limit
@@ -210,50 +175,7 @@ func (fs *FS) mountOptions() *fuse.MountOptions {
 	if o.WritebackCache {
 		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
-	opts := []string{"default_permissions"}
-	flags := uintptr(syscall.MS_NOSUID | syscall.MS_NODEV)
-	if o.ReadOnly {
-		flags |= syscall.MS_RDONLY
-		if !root {
-			opts = append(opts, "ro")
-		}
-	}
-	for _, s := range o.MountOptions {
-		if f, ok := msFlags[s]; ok && root {
-			flags = flags&^f.clear | f.set
-			continue
-		}
-		if s == "default_permissions" || s == "allow_other" || s == "rw" {
-			if s == "allow_other" {
-				mo.AllowOther = true
-			}
-			continue
-		}
-		if s == "ro" {
-			flags |= syscall.MS_RDONLY
-			if !root {
-				opts = append(opts, "ro")
-			}
-			continue
-		}
-		opts = append(opts, s)
-	}
-	mo.Options = opts
-	mo.DirectMountFlags = flags
-	return mo
-}
-
-// msFlags are the mount options that mount(2) takes as flags rather than
-// in its data string (nodev, nosuid, noexec are handled by go-fuse).
-var msFlags = map[string]struct{ set, clear uintptr }{
-	"noatime":     {syscall.MS_NOATIME, 0},
-	"atime":       {0, syscall.MS_NOATIME},
-	"nodiratime":  {syscall.MS_NODIRATIME, 0},
-	"relatime":    {syscall.MS_RELATIME, 0},
-	"strictatime": {syscall.MS_STRICTATIME, syscall.MS_RELATIME},
-	"sync":        {syscall.MS_SYNCHRONOUS, 0},
-	"dirsync":     {syscall.MS_DIRSYNC, 0},
-	"lazytime":    {unix.MS_LAZYTIME, 0},
+	return mo, nil
 }
 
 // FS returns the file system being served.

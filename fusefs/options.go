@@ -68,6 +68,56 @@ const (
 	DefaultNegativeTimeout = time.Second
 )
 
+// Access says which users may use a mount at all. Within the mount the
+// kernel checks every access against the modes and owners that sluice
+// reports (the default_permissions mount option, always on), so a mount
+// open to every user is as safe as a kernel file system: to keep users
+// out, give the directories the modes you would give them on XFS.
+type Access int
+
+const (
+	// AccessAuto is AccessEveryone when the mount is made by root
+	// (effective user ID 0), as for a kernel file system mounted by an
+	// administrator, and AccessMounter otherwise, FUSE's own default for
+	// a mount through fusermount3.
+	AccessAuto Access = iota
+	// AccessEveryone lets every user use the mount (allow_other). A user
+	// other than root may ask for it only when /etc/fuse.conf has the line
+	// user_allow_other; Mount checks that first and says so, rather than
+	// leaving fusermount3 to fail.
+	AccessEveryone
+	// AccessMounter keeps the mount to the user who made it: the kernel
+	// answers EACCES to every other user, root included, at the mount
+	// point itself.
+	AccessMounter
+)
+
+// String returns "auto", "everyone" or "mounter".
+func (a Access) String() string {
+	switch a {
+	case AccessAuto:
+		return "auto"
+	case AccessEveryone:
+		return "everyone"
+	case AccessMounter:
+		return "mounter"
+	}
+	return fmt.Sprintf("Access(%d)", int(a))
+}
+
+// ParseAccess parses "auto", "everyone" or "mounter".
+func ParseAccess(s string) (Access, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "auto":
+		return AccessAuto, nil
+	case "everyone":
+		return AccessEveryone, nil
+	case "mounter":
+		return AccessMounter, nil
+	}
+	return 0, fmt.Errorf("unknown access %q: use auto, everyone or mounter", s)
+}
+
 // Options configures Mount and New. The zero value is valid: every field
 // has a default.
 type Options struct {
@@ -98,16 +148,30 @@ type Options struct {
 	EntryTimeout    time.Duration
 	AttrTimeout     time.Duration
 	NegativeTimeout time.Duration
-	// AllowOther lets users other than the mounter use the mount. The
-	// default value is false.
-	AllowOther bool
-	// ReadOnly mounts read-only (MS_RDONLY). The engine should be opened
-	// read-only too. The default value is false.
+	// Access says which users may use the mount at all; within it, the
+	// kernel checks every access against the modes and owners sluice
+	// reports (default_permissions is always on), as it does on XFS. The
+	// default value is AccessAuto: every user when the mount is made by
+	// root, only the mounting user otherwise. See Access.
+	Access Access
+	// ReadOnly mounts read-only (MS_RDONLY), as "ro" in MountOptions
+	// does. The engine should be opened read-only too. The default value
+	// is false.
 	ReadOnly bool
-	// MountOptions are further options for mount(2) or fusermount3 (-o),
-	// such as "noexec" or "noatime". "default_permissions" is always added:
-	// the kernel checks permissions against the mode and owner sluice
-	// reports. The default value is none.
+	// MountOptions are mount(8)-style options (sluice mount -o):
+	//
+	//   - allow_other: Access = AccessEveryone;
+	//   - default_permissions: accepted; it is always on;
+	//   - ro, rw, nosuid, suid, nodev, dev, noexec, exec, noatime, atime,
+	//     sync, async, dirsync: mount flags, as for any file system;
+	//   - nodiratime, diratime, relatime, strictatime, lazytime,
+	//     nolazytime, nosymfollow, symfollow: mount flags, for a mount
+	//     made by root only (fusermount3 does not take them).
+	//
+	// Without options a mount is nosuid and nodev, as every FUSE mount is
+	// unless root asks for suid or dev (fusermount3 ignores them for other
+	// users; Mount refuses them). Any other option is refused by Validate.
+	// The default value is none.
 	MountOptions []string
 	// FsName is the mount's source as /proc/mounts shows it; `sluice mount`
 	// puts the volume's absolute path there, so that `sluice umount` can
@@ -170,13 +234,24 @@ func (o *Options) Validate() error {
 	if o.MaxBackground < 1 || o.MaxBackground > 65535 {
 		errs = append(errs, fmt.Errorf("MaxBackground %d is not in [1, 65535]", o.MaxBackground))
 	}
+	if o.Access != AccessAuto && o.Access != AccessEveryone && o.Access != AccessMounter {
+		errs = append(errs, fmt.Errorf("unknown access %d", o.Access))
+	}
+	for _, name := range o.MountOptions {
+		if err := checkMountOption(name); err != nil {
+			errs = append(errs, err)
+		}
+		if name == "allow_other" && o.Access == AccessMounter {
+			errs = append(errs, errors.New("mount option allow_other contradicts AccessMounter"))
+		}
+	}
 	return errors.Join(errs...)
 }
 
 // String renders o on one line, so that a benchmark or a test can record
 // what it ran with.
 func (o *Options) String() string {
-	return fmt.Sprintf("cache=%s writeback_cache=%t strict_dio=%t max_write=%d max_background=%d entry_timeout=%v attr_timeout=%v negative_timeout=%v allow_other=%t ro=%t options=%s",
+	return fmt.Sprintf("cache=%s writeback_cache=%t strict_dio=%t max_write=%d max_background=%d entry_timeout=%v attr_timeout=%v negative_timeout=%v access=%s ro=%t options=%s",
 		o.Cache, o.WritebackCache, o.StrictDirectIO, o.MaxWrite, o.MaxBackground, o.EntryTimeout, o.AttrTimeout,
-		o.NegativeTimeout, o.AllowOther, o.ReadOnly, strings.Join(o.MountOptions, ","))
+		o.NegativeTimeout, o.Access, o.ReadOnly, strings.Join(o.MountOptions, ","))
 }

@@ -29,7 +29,16 @@ import (
 
 var tuned = flag.Bool("tuned", false, "negotiate what sluice negotiates")
 
-type node struct{ fs.LoopbackNode }
+// node is a LoopbackNode whose children are nodes too (WrapChild).
+type node struct{ *fs.LoopbackNode }
+
+// WrapChild makes every node the loopback creates a node.
+func (n *node) WrapChild(ctx context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
+	if lb, ok := ops.(*fs.LoopbackNode); ok {
+		return &node{lb}
+	}
+	return ops
+}
 
 func (n *node) flags(open uint32, fl uint32) uint32 {
 	fl |= fuse.FOPEN_DIRECT_IO
@@ -62,10 +71,7 @@ func main() {
 		os.Exit(1)
 	}
 	root.Dev = uint64(st.Dev)
-	root.NewNode = func(r *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {
-		return &node{fs.LoopbackNode{RootData: r}}
-	}
-	root.RootNode = &node{fs.LoopbackNode{RootData: root}}
+	root.RootNode = &node{&fs.LoopbackNode{RootData: root}}
 	opts := &fs.Options{}
 	opts.MountOptions = fuse.MountOptions{
 		FsName:               root.Path,
