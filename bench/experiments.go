@@ -207,11 +207,9 @@ func (r *runner) runPeer(ctx context.Context, exp string, p *peer, cells []peerJ
 		}
 		return
 	}
-	var descs []string
 	jobs := make([]sysJob, len(cells))
 	for i, c := range cells {
 		jobs[i] = c.j
-		descs = append(descs, c.desc)
 	}
 	r.p.begin(exp, fmt.Sprintf("%s: %d cells in one fio run", p.label, len(cells)), time.Duration(len(cells))*estEach)
 	how := ""
@@ -259,13 +257,6 @@ func setPeerParams(a *rowAcc, cmdline, cold string) {
 	}
 	if cold != "" {
 		a.row.Params["cold"] = cold
-	}
-}
-
-// failAll records err in the rows keys name, making them with mk.
-func failAll(rs *rowSet, keys []string, mk func(key string) Row, err error) {
-	for _, k := range keys {
-		rs.acc(k, func() Row { return mk(k) }).record(nil, err)
 	}
 }
 
