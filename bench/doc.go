@@ -6,7 +6,7 @@
 //
 // Each experiment runs the engine with the seed's optimisation off
 // (Policy classic) and on (concurrent), through the library (File.ReadAt,
-// File.WriteAt) or the ring (ring.RunRandomWrites, ring.RunRandomReads),
+// File.WriteAt) or the ring (ring.Ring, driven by this package's ringload.go),
 // and where another toggle would blur the comparison, with that seed's
 // toggle alone off as well (W2: "concurrent-OptimisticUnalignedWrites").
 // The same workload then runs through system calls on each peer: the raw

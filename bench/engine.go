@@ -12,7 +12,6 @@ import (
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/internal/rusage"
-	"github.com/sluicefs/sluice/ring"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -134,7 +133,7 @@ func (v *engineVol) prepare() error {
 			return err
 		}
 	}
-	err = ring.PrepareFile(e.fs, v.file, v.fileBytes)
+	err = prepareEngineFile(e.fs, v.file, v.fileBytes)
 	if cerr := e.close(); err == nil {
 		err = cerr
 	}
@@ -319,17 +318,17 @@ func runOverwrite(ctx context.Context, e *engineFS, path string, size int64, bs 
 	return m, nil
 }
 
-// runRingWrites is W3 on the engine, through ring.RunRandomWrites: a
+// runRingWrites is W3 on the engine, through ringRandomWrites: a
 // warm-up run (discarded), then the measured one.
-func runRingWrites(e *engineFS, path string, o ring.RandomWriteOptions, warm time.Duration) (map[string]float64, string, error) {
+func runRingWrites(e *engineFS, path string, o ringWriteOptions, warm time.Duration) (map[string]float64, string, error) {
 	if warm > 0 {
 		w := o
 		w.Duration = warm
-		if _, err := ring.RunRandomWrites(e.fs, path, w); err != nil {
+		if _, err := ringRandomWrites(e.fs, path, w); err != nil {
 			return nil, "", err
 		}
 	}
-	r, err := ring.RunRandomWrites(e.fs, path, o)
+	r, err := ringRandomWrites(e.fs, path, o)
 	if err != nil {
 		return nil, "", err
 	}
@@ -347,11 +346,11 @@ func runRingWrites(e *engineFS, path string, o ring.RandomWriteOptions, warm tim
 	return m, r.Options.String(), nil
 }
 
-// runRingReads is W4 on the engine, through ring.RunRandomReads, on a
+// runRingReads is W4 on the engine, through ringRandomReads, on a
 // freshly opened engine (cold). baseGoroutines is the process's
 // goroutine count before the engine was opened.
-func runRingReads(e *engineFS, path string, o ring.RandomReadOptions, baseGoroutines int) (map[string]float64, string, error) {
-	r, err := ring.RunRandomReads(e.fs, path, o)
+func runRingReads(e *engineFS, path string, o ringReadOptions, baseGoroutines int) (map[string]float64, string, error) {
+	r, err := ringRandomReads(e.fs, path, o)
 	if err != nil {
 		return nil, "", err
 	}

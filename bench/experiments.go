@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice"
-	"github.com/sluicefs/sluice/ring"
 )
 
 // The grids: the seeds' parameters, cut to what fits the time budget.
@@ -438,7 +437,7 @@ func (r *runner) w3(ctx context.Context) Experiment {
 	e := Experiment{ID: "W3", Seed: "002", Title: "8 submitters x depth 8, 4 KiB O_DIRECT random writes to one file, forced punting: hashed vs parallel",
 		SeedNumbers: seed002Caption,
 		Workload: fmt.Sprintf("One fully written %d MiB file; 8 submitters each keep 8 random 4 KiB O_DIRECT writes in flight through the ring "+
-			"(ring.RunRandomWrites, ForceAsync: every write goes to the worker pool, as io_uring's IOSQE_ASYNC). "+
+			"(ring.Ring driven by bench.ringRandomWrites, ForceAsync: every write goes to the worker pool, as io_uring's IOSQE_ASYNC). "+
 			"'per-submitter': each submitter has its own ring and pool (as each fio job has its own io-wq), so hashing serialises each submitter's writes; "+
 			"'shared': one ring for all, so hashing serialises every write to the file. Peers: fio --ioengine=io_uring --force_async=1 --numjobs=8 --iodepth=8 --rw=randwrite --direct=1 --bs=4k "+
 			"(XFS and ext4 flag O_DIRECT files for parallel writes, so io_uring does not hash them). %v measured after a %v warm-up run, median of %d runs (peers: %d).",
@@ -454,7 +453,7 @@ func (r *runner) w3(ctx context.Context) Experiment {
 					r.recordOptions(pol.label, ef)
 				}
 				for _, layout := range w3Layouts {
-					o := ring.RandomWriteOptions{Submitters: 8, Depth: 8, BlockSize: 4096, Duration: sz.Cell, RingPerSubmitter: layout == "per-submitter"}
+					o := ringWriteOptions{Submitters: 8, Depth: 8, BlockSize: 4096, Duration: sz.Cell, RingPerSubmitter: layout == "per-submitter"}
 					var ostr string
 					a := rs.acc(fmt.Sprintf("engine|%s|%s", pol.label, layout), func() Row {
 						return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
@@ -471,7 +470,7 @@ func (r *runner) w3(ctx context.Context) Experiment {
 						return m, err
 					}))
 					if ostr != "" {
-						a.row.Params["workload"] = "ring.RunRandomWrites " + ostr
+						a.row.Params["workload"] = "bench.ringRandomWrites " + ostr
 					}
 					if ctx.Err() != nil {
 						break
@@ -515,7 +514,7 @@ func (r *runner) w4(ctx context.Context) Experiment {
 	e := Experiment{ID: "W4", Seed: "003", Title: "random 4 KiB buffered reads of a cold file through the ring, depth 1-32",
 		SeedNumbers: seed003Caption,
 		Workload: fmt.Sprintf("One %d MiB file, cold (engine: a fresh sluice.Open per cell, page cache %d MiB); one submitter keeps D random 4 KiB buffered reads in flight through one ring "+
-			"(ring.RunRandomReads, pool of D workers). CPU per I/O is the process's getrusage user+system time over the cell divided by the reads; "+
+			"(ring.Ring driven by bench.ringRandomReads, pool of D workers). CPU per I/O is the process's getrusage user+system time over the cell divided by the reads; "+
 			"peak goroutines are the process's (goroutines_base: before the cell), peak blocked workers the ring's. "+
 			"Peers: fio --rw=randread --direct=0 --ioengine=io_uring --iodepth=D --bs=4k --randseed=89, the depths as jobs of one fio run, each starting with --invalidate=1 (the file's cached pages dropped), "+
 			"and the page cache dropped before the run (root); their CPU is fio's per-job usr_cpu+sys_cpu (kernel io_uring workers included, fio's start-up not). "+
@@ -542,12 +541,12 @@ func (r *runner) w4(ctx context.Context) Experiment {
 					var ostr string
 					desc := fmt.Sprintf("engine %s QD%d cold (run %d/%d)", pol.label, d, rep+1, sz.Reps)
 					a.record(r.cell("W4", desc, r.cellEst(false, 40*time.Millisecond), func() (map[string]float64, error) {
-						m, s, err := runRingReads(ef, r.main.file, ring.RandomReadOptions{Depth: d, BlockSize: 4096, Duration: sz.Cell}, base)
+						m, s, err := runRingReads(ef, r.main.file, ringReadOptions{Depth: d, BlockSize: 4096, Duration: sz.Cell}, base)
 						ostr = s
 						return m, err
 					}))
 					if ostr != "" {
-						a.row.Params["workload"] = "ring.RunRandomReads " + ostr
+						a.row.Params["workload"] = "bench.ringRandomReads " + ostr
 					}
 					if err := ef.close(); err != nil {
 						r.note("W4: closing the engine: %v", err)
