@@ -120,40 +120,42 @@ func (e *engineFS) close() error {
 	return err
 }
 
-// prepare makes the volume's benchmark file: fully written (O_DIRECT,
-// then fsync), kept if it is already there with the right size.
-func (v *engineVol) prepare() error {
+// with opens the volume with the concurrent policy, runs fn on it and
+// closes it, returning fn's error or else the close's.
+func (v *engineVol) with(fn func(fs *sluice.FS) error) error {
 	e, err := v.open(sluice.Concurrent())
 	if err != nil {
 		return err
 	}
-	if d := filepath.Dir(v.file); d != "/" {
-		if err := e.fs.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
-			e.close()
-			return err
-		}
-	}
-	err = prepareEngineFile(e.fs, v.file, v.fileBytes)
+	err = fn(e.fs)
 	if cerr := e.close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
+// prepare makes the volume's benchmark file: fully written (O_DIRECT,
+// then fsync), kept if it is already there with the right size.
+func (v *engineVol) prepare() error {
+	return v.with(func(fs *sluice.FS) error {
+		if d := filepath.Dir(v.file); d != "/" {
+			if err := fs.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+				return err
+			}
+		}
+		return prepareEngineFile(fs, v.file, v.fileBytes)
+	})
+}
+
 // removeFile deletes the benchmark file (and its directory if empty).
 func (v *engineVol) removeFile() error {
-	e, err := v.open(sluice.Concurrent())
-	if err != nil {
+	return v.with(func(fs *sluice.FS) error {
+		err := fs.Unlink(v.file)
+		if d := filepath.Dir(v.file); d != "/" {
+			fs.Rmdir(d)
+		}
 		return err
-	}
-	err = e.fs.Unlink(v.file)
-	if d := filepath.Dir(v.file); d != "/" {
-		e.fs.Rmdir(d)
-	}
-	if cerr := e.close(); err == nil {
-		err = cerr
-	}
-	return err
+	})
 }
 
 func (v *engineVol) info() VolumeInfo {
