@@ -1,6 +1,7 @@
 // Package bench reproduces the seed experiments (DESIGN.md section 6) on
 // the engine and on peers, and reports them as text tables, JSON and a
-// self-contained HTML page. `sluice bench` is its command-line face.
+// self-contained HTML page (report.html.tmpl, through html/template).
+// `sluice bench` is its command-line face.
 //
 // # What runs
 //
