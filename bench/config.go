@@ -54,16 +54,6 @@ var (
 		Cell: 40 * time.Millisecond, Warmup: 0, Reps: 1, W5Reps: 1, PeerReps: 1}
 )
 
-// SizingByName returns the named sizing.
-func SizingByName(name string) (Sizing, error) {
-	for _, s := range []Sizing{Full, Quick, Smoke} {
-		if s.Name == name {
-			return s, nil
-		}
-	}
-	return Sizing{}, fmt.Errorf("unknown sizing %q: use full, quick or smoke", name)
-}
-
 // Config says what a Run measures and where.
 type Config struct {
 	// Sizing sets file sizes, cell time and repetitions. The default value

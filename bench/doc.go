@@ -1,12 +1,13 @@
 // Package bench reproduces the seed experiments (DESIGN.md section 6) on
 // the engine and on peers, and reports them as text tables, JSON and a
-// self-contained HTML page. `sluice bench` is its command-line face.
+// self-contained HTML page (report.html.tmpl, through html/template).
+// `sluice bench` is its command-line face.
 //
 // # What runs
 //
 // Each experiment runs the engine with the seed's optimisation off
 // (Policy classic) and on (concurrent), through the library (File.ReadAt,
-// File.WriteAt) or the ring (ring.RunRandomWrites, ring.RunRandomReads),
+// File.WriteAt) or the ring (ring.Ring, driven by this package's ringload.go),
 // and where another toggle would blur the comparison, with that seed's
 // toggle alone off as well (W2: "concurrent-OptimisticUnalignedWrites").
 // The same workload then runs through system calls on each peer: the raw

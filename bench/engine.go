@@ -12,7 +12,6 @@ import (
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/internal/rusage"
-	"github.com/sluicefs/sluice/ring"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -121,40 +120,42 @@ func (e *engineFS) close() error {
 	return err
 }
 
-// prepare makes the volume's benchmark file: fully written (O_DIRECT,
-// then fsync), kept if it is already there with the right size.
-func (v *engineVol) prepare() error {
+// with opens the volume with the concurrent policy, runs fn on it and
+// closes it, returning fn's error or else the close's.
+func (v *engineVol) with(fn func(fs *sluice.FS) error) error {
 	e, err := v.open(sluice.Concurrent())
 	if err != nil {
 		return err
 	}
-	if d := filepath.Dir(v.file); d != "/" {
-		if err := e.fs.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
-			e.close()
-			return err
-		}
-	}
-	err = ring.PrepareFile(e.fs, v.file, v.fileBytes)
+	err = fn(e.fs)
 	if cerr := e.close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
+// prepare makes the volume's benchmark file: fully written (O_DIRECT,
+// then fsync), kept if it is already there with the right size.
+func (v *engineVol) prepare() error {
+	return v.with(func(fs *sluice.FS) error {
+		if d := filepath.Dir(v.file); d != "/" {
+			if err := fs.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+				return err
+			}
+		}
+		return prepareEngineFile(fs, v.file, v.fileBytes)
+	})
+}
+
 // removeFile deletes the benchmark file (and its directory if empty).
 func (v *engineVol) removeFile() error {
-	e, err := v.open(sluice.Concurrent())
-	if err != nil {
+	return v.with(func(fs *sluice.FS) error {
+		err := fs.Unlink(v.file)
+		if d := filepath.Dir(v.file); d != "/" {
+			fs.Rmdir(d)
+		}
 		return err
-	}
-	err = e.fs.Unlink(v.file)
-	if d := filepath.Dir(v.file); d != "/" {
-		e.fs.Rmdir(d)
-	}
-	if cerr := e.close(); err == nil {
-		err = cerr
-	}
-	return err
+	})
 }
 
 func (v *engineVol) info() VolumeInfo {
@@ -319,17 +320,17 @@ func runOverwrite(ctx context.Context, e *engineFS, path string, size int64, bs 
 	return m, nil
 }
 
-// runRingWrites is W3 on the engine, through ring.RunRandomWrites: a
+// runRingWrites is W3 on the engine, through ringRandomWrites: a
 // warm-up run (discarded), then the measured one.
-func runRingWrites(e *engineFS, path string, o ring.RandomWriteOptions, warm time.Duration) (map[string]float64, string, error) {
+func runRingWrites(e *engineFS, path string, o ringWriteOptions, warm time.Duration) (map[string]float64, string, error) {
 	if warm > 0 {
 		w := o
 		w.Duration = warm
-		if _, err := ring.RunRandomWrites(e.fs, path, w); err != nil {
+		if _, err := ringRandomWrites(e.fs, path, w); err != nil {
 			return nil, "", err
 		}
 	}
-	r, err := ring.RunRandomWrites(e.fs, path, o)
+	r, err := ringRandomWrites(e.fs, path, o)
 	if err != nil {
 		return nil, "", err
 	}
@@ -347,11 +348,11 @@ func runRingWrites(e *engineFS, path string, o ring.RandomWriteOptions, warm tim
 	return m, r.Options.String(), nil
 }
 
-// runRingReads is W4 on the engine, through ring.RunRandomReads, on a
+// runRingReads is W4 on the engine, through ringRandomReads, on a
 // freshly opened engine (cold). baseGoroutines is the process's
 // goroutine count before the engine was opened.
-func runRingReads(e *engineFS, path string, o ring.RandomReadOptions, baseGoroutines int) (map[string]float64, string, error) {
-	r, err := ring.RunRandomReads(e.fs, path, o)
+func runRingReads(e *engineFS, path string, o ringReadOptions, baseGoroutines int) (map[string]float64, string, error) {
+	r, err := ringRandomReads(e.fs, path, o)
 	if err != nil {
 		return nil, "", err
 	}

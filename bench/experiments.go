@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice"
-	"github.com/sluicefs/sluice/ring"
 )
 
 // The grids: the seeds' parameters, cut to what fits the time budget.
@@ -207,11 +206,9 @@ func (r *runner) runPeer(ctx context.Context, exp string, p *peer, cells []peerJ
 		}
 		return
 	}
-	var descs []string
 	jobs := make([]sysJob, len(cells))
 	for i, c := range cells {
 		jobs[i] = c.j
-		descs = append(descs, c.desc)
 	}
 	r.p.begin(exp, fmt.Sprintf("%s: %d cells in one fio run", p.label, len(cells)), time.Duration(len(cells))*estEach)
 	how := ""
@@ -262,31 +259,67 @@ func setPeerParams(a *rowAcc, cmdline, cold string) {
 	}
 }
 
-// failAll records err in the rows keys name, making them with mk.
-func failAll(rs *rowSet, keys []string, mk func(key string) Row, err error) {
-	for _, k := range keys {
-		rs.acc(k, func() Row { return mk(k) }).record(nil, err)
+// repeat runs an experiment's repetitions, interleaved: in repetition
+// rep, engine(rep) while rep < engineReps, then peer(p) on each peer
+// while rep < PeerReps. It stops as soon as ctx is done (engine and peer
+// return early then) and returns the rows collected.
+func (r *runner) repeat(ctx context.Context, rs *rowSet, engineReps int, engine func(rep int), peer func(p *peer)) []Row {
+	for rep := 0; rep < max(engineReps, r.sz.PeerReps); rep++ {
+		if rep < engineReps {
+			engine(rep)
+			if ctx.Err() != nil {
+				return rs.rows()
+			}
+		}
+		if rep < r.sz.PeerReps {
+			for _, p := range r.peers {
+				peer(p)
+				if ctx.Err() != nil {
+					return rs.rows()
+				}
+			}
+		}
 	}
+	return rs.rows()
 }
 
-// openMainDirect opens the main volume's engine with pol, records its
-// options, and opens the main file with flags|O_DIRECT.
-func (r *runner) openMainDirect(pol enginePolicy, flags int) (*engineFS, *sluice.File, error) {
+// directCell is one engine cell of an experiment that measures direct
+// I/O on the main file.
+type directCell struct {
+	key  string
+	row  func(ef *engineFS) Row // ef is nil when the engine did not open
+	desc string
+	run  func(ef *engineFS, f *sluice.File) (map[string]float64, error)
+}
+
+// directCells opens the main volume's engine with pol (recording its
+// options) and its main file with flags|O_DIRECT, and runs cells on it,
+// each estimated to take est; if either does not open, every cell
+// records the error.
+func (r *runner) directCells(ctx context.Context, exp string, rs *rowSet, pol enginePolicy, flags int, est time.Duration, cells []directCell) {
 	ef, err := r.main.open(pol.pol)
-	if err != nil {
-		return nil, nil, err
+	var f *sluice.File
+	if err == nil {
+		r.recordOptions(pol.label, ef)
+		if f, err = ef.fs.OpenFile(r.main.file, flags|sluice.O_DIRECT, 0); err != nil {
+			ef.close()
+			ef = nil
+		}
 	}
-	r.recordOptions(pol.label, ef)
-	f, err := ef.fs.OpenFile(r.main.file, flags|sluice.O_DIRECT, 0)
-	if err != nil {
-		ef.close()
-		return nil, nil, err
+	for _, c := range cells {
+		if err == nil && ctx.Err() != nil {
+			break
+		}
+		a := rs.acc(c.key, func() Row { return c.row(ef) })
+		if err != nil {
+			a.record(nil, err)
+			continue
+		}
+		a.record(r.cell(exp, c.desc, est, func() (map[string]float64, error) { return c.run(ef, f) }))
 	}
-	return ef, f, nil
-}
-
-// closeMain closes what openMainDirect opened, noting a failure.
-func (r *runner) closeMain(exp string, ef *engineFS, f *sluice.File) {
+	if err != nil {
+		return
+	}
 	f.Close()
 	if err := ef.close(); err != nil {
 		r.note("%s: closing the engine: %v", exp, err)
@@ -304,68 +337,47 @@ func (r *runner) w1(ctx context.Context) Experiment {
 		Notes: []string{"Classic takes the I/O lock exclusive for every direct read and waits for in-flight direct I/O (the 2011 kernel); concurrent takes it shared (seed 001's fix). No other seed toggle affects direct reads, so classic vs concurrent isolates seed 001."},
 	}
 	rs := newRowSet()
-	for rep := 0; rep < max(sz.Reps, sz.PeerReps); rep++ {
-		if rep < sz.Reps {
-			for _, pol := range alternate(rep, []enginePolicy{polClassic, polConcurrent}) {
-				key := func(bs, n int) string { return fmt.Sprintf("engine|%s|%d|%d", pol.label, bs, n) }
-				mk := func(ef *engineFS, bs, n int) Row {
-					return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
-						"bs": bs, "threads": n, "region_bytes": sz.DataBytes / int64(n) / int64(bs) * int64(bs),
-						"warmup_s": sz.Warmup.Seconds(),
-						"workload": fmt.Sprintf("W1 engine: %d goroutines x File.ReadAt(%d B) sequential in own region, O_DIRECT", n, bs)})}
-				}
-				ef, f, err := r.openMainDirect(pol, sluice.O_RDONLY)
-				if err != nil {
-					for _, bs := range w1BS {
-						for _, n := range w1Threads {
-							rs.acc(key(bs, n), func() Row { return mk(nil, bs, n) }).record(nil, err)
-						}
-					}
-					continue
-				}
-				for _, bs := range w1BS {
-					for _, n := range w1Threads {
-						a := rs.acc(key(bs, n), func() Row { return mk(ef, bs, n) })
-						desc := fmt.Sprintf("engine %s bs=%d threads=%d (run %d/%d)", pol.label, bs, n, rep+1, sz.Reps)
-						a.record(r.cell("W1", desc, r.cellEst(true, 20*time.Millisecond), func() (map[string]float64, error) {
+	e.Rows = r.repeat(ctx, rs, sz.Reps, func(rep int) {
+		for _, pol := range alternate(rep, []enginePolicy{polClassic, polConcurrent}) {
+			var cells []directCell
+			for _, bs := range w1BS {
+				for _, n := range w1Threads {
+					cells = append(cells, directCell{
+						key: fmt.Sprintf("engine|%s|%d|%d", pol.label, bs, n),
+						row: func(ef *engineFS) Row {
+							return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
+								"bs": bs, "threads": n, "region_bytes": sz.DataBytes / int64(n) / int64(bs) * int64(bs),
+								"warmup_s": sz.Warmup.Seconds(),
+								"workload": fmt.Sprintf("W1 engine: %d goroutines x File.ReadAt(%d B) sequential in own region, O_DIRECT", n, bs)})}
+						},
+						desc: fmt.Sprintf("engine %s bs=%d threads=%d (run %d/%d)", pol.label, bs, n, rep+1, sz.Reps),
+						run: func(ef *engineFS, f *sluice.File) (map[string]float64, error) {
 							return runSeqReads(ctx, ef, f, r.main.fileBytes, bs, n, sz.Warmup, sz.Cell)
-						}))
-						if ctx.Err() != nil {
-							break
-						}
-					}
-				}
-				r.closeMain("W1", ef, f)
-				if ctx.Err() != nil {
-					e.Rows = rs.rows()
-					return e
+						},
+					})
 				}
 			}
-		}
-		if rep < sz.PeerReps {
-			for _, p := range r.peers {
-				var cells []peerJob
-				for _, bs := range w1BS {
-					for _, n := range w1Threads {
-						region := sz.DataBytes / int64(n) / int64(bs) * int64(bs)
-						j := sysJob{name: fmt.Sprintf("w1-bs%d-n%d", bs, n), rw: "read", path: p.data, direct: true, ioengine: "psync", bs: bs, numjobs: n, iodepth: 1,
-							size: region, offsetInc: region, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
-						a := rs.acc(fmt.Sprintf("%s|%d|%d", p.label, bs, n), func() Row {
-							return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
-								"bs": bs, "threads": n, "region_bytes": region, "warmup_s": sz.Warmup.Seconds()})}
-						})
-						cells = append(cells, peerJob{j, fmt.Sprintf("%s bs=%d threads=%d", p.label, bs, n), a})
-					}
-				}
-				r.runPeer(ctx, "W1", p, cells, false, false, true, r.cellEst(true, r.peerFixed(false)))
-				if ctx.Err() != nil {
-					e.Rows = rs.rows()
-					return e
-				}
+			r.directCells(ctx, "W1", rs, pol, sluice.O_RDONLY, r.cellEst(true, 20*time.Millisecond), cells)
+			if ctx.Err() != nil {
+				return
 			}
 		}
-	}
-	e.Rows = rs.rows()
+	}, func(p *peer) {
+		var cells []peerJob
+		for _, bs := range w1BS {
+			for _, n := range w1Threads {
+				region := sz.DataBytes / int64(n) / int64(bs) * int64(bs)
+				j := sysJob{name: fmt.Sprintf("w1-bs%d-n%d", bs, n), rw: "read", path: p.data, direct: true, ioengine: "psync", bs: bs, numjobs: n, iodepth: 1,
+					size: region, offsetInc: region, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
+				a := rs.acc(fmt.Sprintf("%s|%d|%d", p.label, bs, n), func() Row {
+					return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
+						"bs": bs, "threads": n, "region_bytes": region, "warmup_s": sz.Warmup.Seconds()})}
+				})
+				cells = append(cells, peerJob{j, fmt.Sprintf("%s bs=%d threads=%d", p.label, bs, n), a})
+			}
+		}
+		r.runPeer(ctx, "W1", p, cells, false, false, true, r.cellEst(true, r.peerFixed(false)))
+	})
 	return e
 }
 
@@ -383,60 +395,41 @@ func (r *runner) w2(ctx context.Context) Experiment {
 			"'concurrent w/o 000' is the concurrent policy with only OptimisticUnalignedWrites off: seed 000's own before/after, with shared direct reads as in the 2021 kernel."},
 	}
 	rs := newRowSet()
-	for rep := 0; rep < max(sz.Reps, sz.PeerReps); rep++ {
-		if rep < sz.Reps {
-			for _, pol := range alternate(rep, w2Policies) {
-				key := func(bs int) string { return fmt.Sprintf("engine|%s|%d", pol.label, bs) }
-				mk := func(ef *engineFS, bs int) Row {
-					return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
-						"bs": bs, "depth": w2Depth, "policy_fields": pol.pol.String(), "warmup_s": sz.Warmup.Seconds(),
-						"workload": fmt.Sprintf("W2 engine: %d goroutines x random File.ReadAt/WriteAt(%d B) 50/50, O_DIRECT", w2Depth, bs)})}
-				}
-				ef, f, err := r.openMainDirect(pol, sluice.O_RDWR)
-				if err != nil {
-					for _, bs := range w2BS {
-						rs.acc(key(bs), func() Row { return mk(nil, bs) }).record(nil, err)
-					}
-					continue
-				}
-				for _, bs := range w2BS {
-					a := rs.acc(key(bs), func() Row { return mk(ef, bs) })
-					desc := fmt.Sprintf("engine %s bs=%d QD%d (run %d/%d)", pol.label, bs, w2Depth, rep+1, sz.Reps)
-					a.record(r.cell("W2", desc, r.cellEst(true, 20*time.Millisecond), func() (map[string]float64, error) {
+	e.Rows = r.repeat(ctx, rs, sz.Reps, func(rep int) {
+		for _, pol := range alternate(rep, w2Policies) {
+			var cells []directCell
+			for _, bs := range w2BS {
+				cells = append(cells, directCell{
+					key: fmt.Sprintf("engine|%s|%d", pol.label, bs),
+					row: func(ef *engineFS) Row {
+						return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
+							"bs": bs, "depth": w2Depth, "policy_fields": pol.pol.String(), "warmup_s": sz.Warmup.Seconds(),
+							"workload": fmt.Sprintf("W2 engine: %d goroutines x random File.ReadAt/WriteAt(%d B) 50/50, O_DIRECT", w2Depth, bs)})}
+					},
+					desc: fmt.Sprintf("engine %s bs=%d QD%d (run %d/%d)", pol.label, bs, w2Depth, rep+1, sz.Reps),
+					run: func(ef *engineFS, f *sluice.File) (map[string]float64, error) {
 						return runRandRW(ctx, ef, f, r.main.fileBytes, bs, w2Depth, sz.Warmup, sz.Cell)
-					}))
-					if ctx.Err() != nil {
-						break
-					}
-				}
-				r.closeMain("W2", ef, f)
-				if ctx.Err() != nil {
-					e.Rows = rs.rows()
-					return e
-				}
+					},
+				})
+			}
+			r.directCells(ctx, "W2", rs, pol, sluice.O_RDWR, r.cellEst(true, 20*time.Millisecond), cells)
+			if ctx.Err() != nil {
+				return
 			}
 		}
-		if rep < sz.PeerReps {
-			for _, p := range r.peers {
-				var cells []peerJob
-				for _, bs := range w2BS {
-					j := sysJob{name: fmt.Sprintf("w2-bs%d", bs), rw: "randrw", path: p.data, direct: true, ioengine: "libaio", bs: bs, numjobs: 1, iodepth: w2Depth,
-						size: sz.DataBytes, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
-					a := rs.acc(fmt.Sprintf("%s|%d", p.label, bs), func() Row {
-						return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
-							"bs": bs, "depth": w2Depth, "warmup_s": sz.Warmup.Seconds()})}
-					})
-					cells = append(cells, peerJob{j, fmt.Sprintf("%s bs=%d QD%d", p.label, bs, w2Depth), a})
-				}
-				r.runPeer(ctx, "W2", p, cells, false, true, true, r.cellEst(true, r.peerFixed(false)))
-				if ctx.Err() != nil {
-					e.Rows = rs.rows()
-					return e
-				}
-			}
+	}, func(p *peer) {
+		var cells []peerJob
+		for _, bs := range w2BS {
+			j := sysJob{name: fmt.Sprintf("w2-bs%d", bs), rw: "randrw", path: p.data, direct: true, ioengine: "libaio", bs: bs, numjobs: 1, iodepth: w2Depth,
+				size: sz.DataBytes, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
+			a := rs.acc(fmt.Sprintf("%s|%d", p.label, bs), func() Row {
+				return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
+					"bs": bs, "depth": w2Depth, "warmup_s": sz.Warmup.Seconds()})}
+			})
+			cells = append(cells, peerJob{j, fmt.Sprintf("%s bs=%d QD%d", p.label, bs, w2Depth), a})
 		}
-	}
-	e.Rows = rs.rows()
+		r.runPeer(ctx, "W2", p, cells, false, true, true, r.cellEst(true, r.peerFixed(false)))
+	})
 	return e
 }
 
@@ -447,7 +440,7 @@ func (r *runner) w3(ctx context.Context) Experiment {
 	e := Experiment{ID: "W3", Seed: "002", Title: "8 submitters x depth 8, 4 KiB O_DIRECT random writes to one file, forced punting: hashed vs parallel",
 		SeedNumbers: seed002Caption,
 		Workload: fmt.Sprintf("One fully written %d MiB file; 8 submitters each keep 8 random 4 KiB O_DIRECT writes in flight through the ring "+
-			"(ring.RunRandomWrites, ForceAsync: every write goes to the worker pool, as io_uring's IOSQE_ASYNC). "+
+			"(ring.Ring driven by bench.ringRandomWrites, ForceAsync: every write goes to the worker pool, as io_uring's IOSQE_ASYNC). "+
 			"'per-submitter': each submitter has its own ring and pool (as each fio job has its own io-wq), so hashing serialises each submitter's writes; "+
 			"'shared': one ring for all, so hashing serialises every write to the file. Peers: fio --ioengine=io_uring --force_async=1 --numjobs=8 --iodepth=8 --rw=randwrite --direct=1 --bs=4k "+
 			"(XFS and ext4 flag O_DIRECT files for parallel writes, so io_uring does not hash them). %v measured after a %v warm-up run, median of %d runs (peers: %d).",
@@ -455,65 +448,54 @@ func (r *runner) w3(ctx context.Context) Experiment {
 		Notes: []string{"Classic = hashed (ParallelDirectWrites off), concurrent = parallel. Aligned writes within EOF take the I/O lock shared under both, so no other toggle matters here."},
 	}
 	rs := newRowSet()
-	for rep := 0; rep < max(sz.Reps, sz.PeerReps); rep++ {
-		if rep < sz.Reps {
-			for _, pol := range alternate(rep, []enginePolicy{polClassic, polConcurrent}) {
-				ef, err := r.main.open(pol.pol)
-				if err == nil {
-					r.recordOptions(pol.label, ef)
-				}
-				for _, layout := range w3Layouts {
-					o := ring.RandomWriteOptions{Submitters: 8, Depth: 8, BlockSize: 4096, Duration: sz.Cell, RingPerSubmitter: layout == "per-submitter"}
-					var ostr string
-					a := rs.acc(fmt.Sprintf("engine|%s|%s", pol.label, layout), func() Row {
-						return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
-							"rings": layout, "submitters": 8, "depth": 8, "bs": 4096, "warmup_s": sz.Warmup.Seconds()})}
-					})
-					if err != nil {
-						a.record(nil, err)
-						continue
-					}
-					desc := fmt.Sprintf("engine %s ring %s (run %d/%d)", pol.label, layout, rep+1, sz.Reps)
-					a.record(r.cell("W3", desc, r.cellEst(true, 60*time.Millisecond), func() (map[string]float64, error) {
-						m, s, err := runRingWrites(ef, r.main.file, o, sz.Warmup)
-						ostr = s
-						return m, err
-					}))
-					if ostr != "" {
-						a.row.Params["workload"] = "ring.RunRandomWrites " + ostr
-					}
-					if ctx.Err() != nil {
-						break
-					}
-				}
-				if ef != nil {
-					if err := ef.close(); err != nil {
-						r.note("W3: closing the engine: %v", err)
-					}
-				}
-				if ctx.Err() != nil {
-					e.Rows = rs.rows()
-					return e
-				}
+	e.Rows = r.repeat(ctx, rs, sz.Reps, func(rep int) {
+		for _, pol := range alternate(rep, []enginePolicy{polClassic, polConcurrent}) {
+			ef, err := r.main.open(pol.pol)
+			if err == nil {
+				r.recordOptions(pol.label, ef)
 			}
-		}
-		if rep < sz.PeerReps {
-			for _, p := range r.peers {
-				j := sysJob{name: "w3", rw: "randwrite", path: p.data, direct: true, ioengine: "io_uring", forceAsync: true, bs: 4096, numjobs: 8, iodepth: 8,
-					size: sz.DataBytes, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
-				a := rs.acc(p.label, func() Row {
-					return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
-						"rings": "per-submitter", "submitters": 8, "depth": 8, "bs": 4096, "warmup_s": sz.Warmup.Seconds()})}
+			for _, layout := range w3Layouts {
+				o := ringWriteOptions{Submitters: 8, Depth: 8, BlockSize: 4096, Duration: sz.Cell, RingPerSubmitter: layout == "per-submitter"}
+				var ostr string
+				a := rs.acc(fmt.Sprintf("engine|%s|%s", pol.label, layout), func() Row {
+					return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
+						"rings": layout, "submitters": 8, "depth": 8, "bs": 4096, "warmup_s": sz.Warmup.Seconds()})}
 				})
-				r.runPeer(ctx, "W3", p, []peerJob{{j, p.label + " io_uring 8x8", a}}, false, false, true, r.cellEst(true, r.peerFixed(false)))
+				if err != nil {
+					a.record(nil, err)
+					continue
+				}
+				desc := fmt.Sprintf("engine %s ring %s (run %d/%d)", pol.label, layout, rep+1, sz.Reps)
+				a.record(r.cell("W3", desc, r.cellEst(true, 60*time.Millisecond), func() (map[string]float64, error) {
+					m, s, err := runRingWrites(ef, r.main.file, o, sz.Warmup)
+					ostr = s
+					return m, err
+				}))
+				if ostr != "" {
+					a.row.Params["workload"] = "bench.ringRandomWrites " + ostr
+				}
 				if ctx.Err() != nil {
-					e.Rows = rs.rows()
-					return e
+					break
 				}
 			}
+			if ef != nil {
+				if err := ef.close(); err != nil {
+					r.note("W3: closing the engine: %v", err)
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
 		}
-	}
-	e.Rows = rs.rows()
+	}, func(p *peer) {
+		j := sysJob{name: "w3", rw: "randwrite", path: p.data, direct: true, ioengine: "io_uring", forceAsync: true, bs: 4096, numjobs: 8, iodepth: 8,
+			size: sz.DataBytes, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true}
+		a := rs.acc(p.label, func() Row {
+			return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
+				"rings": "per-submitter", "submitters": 8, "depth": 8, "bs": 4096, "warmup_s": sz.Warmup.Seconds()})}
+		})
+		r.runPeer(ctx, "W3", p, []peerJob{{j, p.label + " io_uring 8x8", a}}, false, false, true, r.cellEst(true, r.peerFixed(false)))
+	})
 	return e
 }
 
@@ -524,7 +506,7 @@ func (r *runner) w4(ctx context.Context) Experiment {
 	e := Experiment{ID: "W4", Seed: "003", Title: "random 4 KiB buffered reads of a cold file through the ring, depth 1-32",
 		SeedNumbers: seed003Caption,
 		Workload: fmt.Sprintf("One %d MiB file, cold (engine: a fresh sluice.Open per cell, page cache %d MiB); one submitter keeps D random 4 KiB buffered reads in flight through one ring "+
-			"(ring.RunRandomReads, pool of D workers). CPU per I/O is the process's getrusage user+system time over the cell divided by the reads; "+
+			"(ring.Ring driven by bench.ringRandomReads, pool of D workers). CPU per I/O is the process's getrusage user+system time over the cell divided by the reads; "+
 			"peak goroutines are the process's (goroutines_base: before the cell), peak blocked workers the ring's. "+
 			"Peers: fio --rw=randread --direct=0 --ioengine=io_uring --iodepth=D --bs=4k --randseed=89, the depths as jobs of one fio run, each starting with --invalidate=1 (the file's cached pages dropped), "+
 			"and the page cache dropped before the run (root); their CPU is fio's per-job usr_cpu+sys_cpu (kernel io_uring workers included, fio's start-up not). "+
@@ -533,61 +515,50 @@ func (r *runner) w4(ctx context.Context) Experiment {
 			"The file is larger than the engine's page cache only in the full sizing; a cell's reads cover a small part of it, so most reads miss (cache_hit_pct)."},
 	}
 	rs := newRowSet()
-	for rep := 0; rep < max(sz.Reps, sz.PeerReps); rep++ {
-		if rep < sz.Reps {
-			for _, d := range w4Depths {
-				for _, pol := range alternate(rep+d, []enginePolicy{polClassic, polConcurrent}) {
-					base := goroutines()
-					ef, err := r.main.open(pol.pol)
-					a := rs.acc(fmt.Sprintf("engine|%s|%d", pol.label, d), func() Row {
-						return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
-							"depth": d, "bs": 4096, "cold": "fresh sluice.Open (empty page cache)"})}
-					})
-					if err != nil {
-						a.record(nil, err)
-						continue
-					}
-					r.recordOptions(pol.label, ef)
-					var ostr string
-					desc := fmt.Sprintf("engine %s QD%d cold (run %d/%d)", pol.label, d, rep+1, sz.Reps)
-					a.record(r.cell("W4", desc, r.cellEst(false, 40*time.Millisecond), func() (map[string]float64, error) {
-						m, s, err := runRingReads(ef, r.main.file, ring.RandomReadOptions{Depth: d, BlockSize: 4096, Duration: sz.Cell}, base)
-						ostr = s
-						return m, err
-					}))
-					if ostr != "" {
-						a.row.Params["workload"] = "ring.RunRandomReads " + ostr
-					}
-					if err := ef.close(); err != nil {
-						r.note("W4: closing the engine: %v", err)
-					}
-					if ctx.Err() != nil {
-						e.Rows = rs.rows()
-						return e
-					}
+	e.Rows = r.repeat(ctx, rs, sz.Reps, func(rep int) {
+		for _, d := range w4Depths {
+			for _, pol := range alternate(rep+d, []enginePolicy{polClassic, polConcurrent}) {
+				base := goroutines()
+				ef, err := r.main.open(pol.pol)
+				a := rs.acc(fmt.Sprintf("engine|%s|%d", pol.label, d), func() Row {
+					return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.main, ef, map[string]any{
+						"depth": d, "bs": 4096, "cold": "fresh sluice.Open (empty page cache)"})}
+				})
+				if err != nil {
+					a.record(nil, err)
+					continue
 				}
-			}
-		}
-		if rep < sz.PeerReps {
-			for _, p := range r.peers {
-				var cells []peerJob
-				for _, d := range w4Depths {
-					j := sysJob{name: fmt.Sprintf("w4-qd%d", d), rw: "randread", path: p.data, direct: false, ioengine: "io_uring", bs: 4096, numjobs: 1, iodepth: d,
-						size: sz.DataBytes, runtime: sz.Cell, timeBased: true, randseed: 89}
-					a := rs.acc(fmt.Sprintf("%s|%d", p.label, d), func() Row {
-						return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{"depth": d, "bs": 4096})}
-					})
-					cells = append(cells, peerJob{j, fmt.Sprintf("%s QD%d cold", p.label, d), a})
+				r.recordOptions(pol.label, ef)
+				var ostr string
+				desc := fmt.Sprintf("engine %s QD%d cold (run %d/%d)", pol.label, d, rep+1, sz.Reps)
+				a.record(r.cell("W4", desc, r.cellEst(false, 40*time.Millisecond), func() (map[string]float64, error) {
+					m, s, err := runRingReads(ef, r.main.file, ringReadOptions{Depth: d, BlockSize: 4096, Duration: sz.Cell}, base)
+					ostr = s
+					return m, err
+				}))
+				if ostr != "" {
+					a.row.Params["workload"] = "bench.ringRandomReads " + ostr
 				}
-				r.runPeer(ctx, "W4", p, cells, true, false, true, r.cellEst(false, r.peerFixed(true)))
+				if err := ef.close(); err != nil {
+					r.note("W4: closing the engine: %v", err)
+				}
 				if ctx.Err() != nil {
-					e.Rows = rs.rows()
-					return e
+					return
 				}
 			}
 		}
-	}
-	e.Rows = rs.rows()
+	}, func(p *peer) {
+		var cells []peerJob
+		for _, d := range w4Depths {
+			j := sysJob{name: fmt.Sprintf("w4-qd%d", d), rw: "randread", path: p.data, direct: false, ioengine: "io_uring", bs: 4096, numjobs: 1, iodepth: d,
+				size: sz.DataBytes, runtime: sz.Cell, timeBased: true, randseed: 89}
+			a := rs.acc(fmt.Sprintf("%s|%d", p.label, d), func() Row {
+				return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{"depth": d, "bs": 4096})}
+			})
+			cells = append(cells, peerJob{j, fmt.Sprintf("%s QD%d cold", p.label, d), a})
+		}
+		r.runPeer(ctx, "W4", p, cells, true, false, true, r.cellEst(false, r.peerFixed(true)))
+	})
 	return e
 }
 
@@ -606,62 +577,51 @@ func (r *runner) w5(ctx context.Context) Experiment {
 		Notes: []string{"Classic reads every page that is not up to date before writing it (the 4.20 pNFS client); concurrent skips the read when the write covers the page's bytes below EOF or a write of the page is pending (seed 004). No other toggle affects buffered writes."},
 	}
 	rs := newRowSet()
-	for rep := 0; rep < max(sz.W5Reps, sz.PeerReps); rep++ {
-		if rep < sz.W5Reps {
-			for _, v := range []*engineVol{r.u4k, r.u64k} {
-				for _, sync := range w5Syncs {
-					for i, bs := range w5BS {
-						for _, pol := range alternate(rep+i, []enginePolicy{polClassic, polConcurrent}) {
-							ef, err := v.open(pol.pol)
-							a := rs.acc(fmt.Sprintf("engine|%s|%d|%t|%d", pol.label, v.ioUnit, sync, bs), func() Row {
-								return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(v, ef, map[string]any{
-									"bs": bs, "sync": sync, "reps": sz.W5Reps, "cold": "fresh sluice.Open (empty page cache)",
-									"workload": fmt.Sprintf("W5 engine: sequential buffered File.WriteAt(%d B) from 0 (O_SYNC=%t) until EOF or %v, then Fsync", bs, sync, sz.Cell)})}
-							})
-							if err != nil {
-								a.record(nil, err)
-								continue
-							}
-							desc := fmt.Sprintf("engine %s unit=%dK %s bs=%dK (run %d/%d)", pol.label, v.ioUnit>>10, syncName(sync), bs>>10, rep+1, sz.W5Reps)
-							a.record(r.cell("W5", desc, r.cellEst(false, sz.Cell/4+60*time.Millisecond), func() (map[string]float64, error) {
-								return runOverwrite(ctx, ef, v.file, v.fileBytes, bs, sync, sz.Cell)
-							}))
-							if err := ef.close(); err != nil {
-								r.note("W5: closing the engine: %v", err)
-							}
-							if ctx.Err() != nil {
-								e.Rows = rs.rows()
-								return e
-							}
+	e.Rows = r.repeat(ctx, rs, sz.W5Reps, func(rep int) {
+		for _, v := range []*engineVol{r.u4k, r.u64k} {
+			for _, sync := range w5Syncs {
+				for i, bs := range w5BS {
+					for _, pol := range alternate(rep+i, []enginePolicy{polClassic, polConcurrent}) {
+						ef, err := v.open(pol.pol)
+						a := rs.acc(fmt.Sprintf("engine|%s|%d|%t|%d", pol.label, v.ioUnit, sync, bs), func() Row {
+							return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(v, ef, map[string]any{
+								"bs": bs, "sync": sync, "reps": sz.W5Reps, "cold": "fresh sluice.Open (empty page cache)",
+								"workload": fmt.Sprintf("W5 engine: sequential buffered File.WriteAt(%d B) from 0 (O_SYNC=%t) until EOF or %v, then Fsync", bs, sync, sz.Cell)})}
+						})
+						if err != nil {
+							a.record(nil, err)
+							continue
+						}
+						desc := fmt.Sprintf("engine %s unit=%dK %s bs=%dK (run %d/%d)", pol.label, v.ioUnit>>10, syncName(sync), bs>>10, rep+1, sz.W5Reps)
+						a.record(r.cell("W5", desc, r.cellEst(false, sz.Cell/4+60*time.Millisecond), func() (map[string]float64, error) {
+							return runOverwrite(ctx, ef, v.file, v.fileBytes, bs, sync, sz.Cell)
+						}))
+						if err := ef.close(); err != nil {
+							r.note("W5: closing the engine: %v", err)
+						}
+						if ctx.Err() != nil {
+							return
 						}
 					}
 				}
 			}
 		}
-		if rep < sz.PeerReps {
-			for _, p := range r.peers {
-				var cells []peerJob
-				for _, sync := range w5Syncs {
-					for _, bs := range w5BS {
-						j := sysJob{name: fmt.Sprintf("w5-%s-bs%d", syncName(sync), bs), rw: "write", path: p.w5, direct: false, ioengine: "psync", bs: bs, numjobs: 1, iodepth: 1,
-							size: sz.W5Bytes, runtime: sz.Cell, sync: sync, endFsync: true}
-						a := rs.acc(fmt.Sprintf("%s|%t|%d", p.label, sync, bs), func() Row {
-							return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{"bs": bs, "sync": sync})}
-						})
-						cells = append(cells, peerJob{j, fmt.Sprintf("%s %s bs=%dK", p.label, syncName(sync), bs>>10), a})
-					}
-				}
-				// Device reads are only worth counting per cell on a
-				// device of the run's own; elsewhere batch the cells.
-				r.runPeer(ctx, "W5", p, cells, true, false, !p.devExclusive, r.cellEst(false, sz.Cell/4+r.peerFixed(true)))
-				if ctx.Err() != nil {
-					e.Rows = rs.rows()
-					return e
-				}
+	}, func(p *peer) {
+		var cells []peerJob
+		for _, sync := range w5Syncs {
+			for _, bs := range w5BS {
+				j := sysJob{name: fmt.Sprintf("w5-%s-bs%d", syncName(sync), bs), rw: "write", path: p.w5, direct: false, ioengine: "psync", bs: bs, numjobs: 1, iodepth: 1,
+					size: sz.W5Bytes, runtime: sz.Cell, sync: sync, endFsync: true}
+				a := rs.acc(fmt.Sprintf("%s|%t|%d", p.label, sync, bs), func() Row {
+					return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{"bs": bs, "sync": sync})}
+				})
+				cells = append(cells, peerJob{j, fmt.Sprintf("%s %s bs=%dK", p.label, syncName(sync), bs>>10), a})
 			}
 		}
-	}
-	e.Rows = rs.rows()
+		// Device reads are only worth counting per cell on a
+		// device of the run's own; elsewhere batch the cells.
+		r.runPeer(ctx, "W5", p, cells, true, false, !p.devExclusive, r.cellEst(false, sz.Cell/4+r.peerFixed(true)))
+	})
 	return e
 }
 

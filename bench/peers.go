@@ -62,12 +62,7 @@ func prepareFile(ctx context.Context, path string, size int64, reuse bool) error
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		for i := 0; i < len(buf); i += 8 {
-			v := rng.Uint64()
-			for k := 0; k < 8; k++ {
-				buf[i+k] = byte(v >> (8 * k))
-			}
-		}
+		fillRandom(buf, rng)
 		if _, err := f.WriteAt(buf[:min(chunk, size-off)], off); err != nil {
 			return err
 		}

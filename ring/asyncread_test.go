@@ -10,20 +10,25 @@ import (
 	"github.com/sluicefs/sluice/device/faultdev"
 )
 
+// readPaths are the two ways a buffered read that meets a page under I/O
+// can go: concurrent arms a retry on the page's unlock (async), classic
+// punts it to a worker that blocks on the page.
+var readPaths = []struct {
+	name  string
+	pol   sluice.Policy
+	async bool
+}{
+	{"concurrent", sluice.Concurrent(), true},
+	{"classic", sluice.Classic(), false},
+}
+
 // Seed 003: 32 buffered reads of cold pages, all waiting for their device
 // reads at once. Concurrent: each arms a callback on its page and no pool
 // worker runs at all; classic: each is punted and a worker blocks on its
 // page, 32 at once.
 func TestQueuedColdReads(t *testing.T) {
 	const n = 32
-	for _, tc := range []struct {
-		name  string
-		pol   sluice.Policy
-		async bool
-	}{
-		{"concurrent", sluice.Concurrent(), true},
-		{"classic", sluice.Classic(), false},
-	} {
+	for _, tc := range readPaths {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.pol)
 			data := e.prewrite("/f", 2*n*4096, 3)
@@ -179,14 +184,7 @@ func TestAsyncReadPersistentError(t *testing.T) {
 // waits for the page, so the truncate waits for it and the read sees the
 // old bytes.
 func TestTruncateWhileReadQueued(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		pol   sluice.Policy
-		async bool
-	}{
-		{"concurrent", sluice.Concurrent(), true},
-		{"classic", sluice.Classic(), false},
-	} {
+	for _, tc := range readPaths {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.pol)
 			data := e.prewrite("/f", 4*4096, 9)

@@ -144,11 +144,4 @@
 //
 //	Ring.mu   entries, the completion queue, waiters, the task queue
 //	pool.mu   the run queue and the hashed chains
-//
-// # Workloads
-//
-// RunRandomWrites (W3: seed 002's punted direct writes), FioRandomWrites
-// (its fio reference) and RunRandomReads (W4: seed 003's cold random
-// buffered reads) run the seed experiments on an open file system; the
-// ring's benchmark tests and `sluice bench` call them.
 package ring

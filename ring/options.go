@@ -73,7 +73,7 @@ func (o *Options) Validate(entries int) error {
 		errs = append(errs, fmt.Errorf("entries %d is not in [1, %d]", entries, MaxEntries))
 	}
 	if o.Workers < 1 || o.Workers > MaxWorkers {
-		errs = append(errs, fmt.Errorf("Workers %d is not in [1, %d]", o.Workers, MaxWorkers))
+		errs = append(errs, fmt.Errorf("option Workers %d is not in [1, %d]", o.Workers, MaxWorkers))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -259,7 +259,7 @@ func TestCallback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.Wait(nil, 1, make([]CQE, 1)); err != ErrCallbackMode {
+	if _, err := r.Wait(context.Background(), 1, make([]CQE, 1)); err != ErrCallbackMode {
 		t.Fatalf("Wait in callback mode: %v", err)
 	}
 	waitFor(t, "every callback", func() bool { return delivered.Load() == ops })
@@ -333,7 +333,7 @@ func TestCloseDrains(t *testing.T) {
 		}
 	}
 	checkBytes(t, "read", rb, data[:4096])
-	if n, err := r.Wait(nil, 1, cqes); n != 0 || err != ErrClosed {
+	if n, err := r.Wait(context.Background(), 1, cqes); n != 0 || err != ErrClosed {
 		t.Fatalf("Wait after Close: %d, %v", n, err)
 	}
 	if err := r.Close(); err != ErrClosed {

@@ -1,38 +1,34 @@
-package ring
+package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/internal/rusage"
+	"github.com/sluicefs/sluice/ring"
 )
 
-// Workload runners for the seed experiments that measure the ring: W3
-// (seed 002, hashed vs parallel punted direct writes) and W4 (seed 003,
-// async buffered reads). The ring's benchmark tests and `sluice bench`
+// The ring's workload drivers for the seed experiments that measure it:
+// W3 (seed 002, hashed vs parallel punted direct writes) and W4 (seed
+// 003, async buffered reads). W3 and W4 (and the ring benchmark tests)
 // call them; they take an open file system and report one run each.
 
-// PrepareFile makes path a file of size bytes (a multiple of 1 MiB),
-// written once, sequentially, with 1 MiB O_DIRECT writes, then fsynced, so
-// that every block is a written extent and nothing is cached. An existing
-// file of exactly that size is kept as it is.
-func PrepareFile(fs *sluice.FS, path string, size int64) error {
+// prepareEngineFile makes path a file of size bytes (a multiple of
+// 1 MiB) in fs, written once, sequentially, with 1 MiB O_DIRECT writes of
+// pseudo-random data, then fsynced, so that every block is a written
+// extent and nothing is cached. An existing file of exactly that size is
+// kept as it is. prepareFile does the same for a host file.
+func prepareEngineFile(fs *sluice.FS, path string, size int64) error {
 	const chunk = 1 << 20
 	if size <= 0 || size%chunk != 0 {
-		return fmt.Errorf("ring: PrepareFile: size %d is not a positive multiple of 1 MiB", size)
+		return fmt.Errorf("bench: prepareEngineFile: size %d is not a positive multiple of 1 MiB", size)
 	}
 	f, err := fs.OpenFile(path, sluice.O_RDWR|sluice.O_CREAT|sluice.O_DIRECT, 0o644)
 	if err != nil {
@@ -50,12 +46,7 @@ func PrepareFile(fs *sluice.FS, path string, size int64) error {
 	buf := device.AlignedBuf(chunk)
 	rng := rand.New(rand.NewPCG(uint64(size), 3))
 	for off := int64(0); off < size; off += chunk {
-		for i := 0; i < len(buf); i += 8 {
-			v := rng.Uint64()
-			for j := 0; j < 8; j++ {
-				buf[i+j] = byte(v >> (8 * j))
-			}
-		}
+		fillRandom(buf, rng)
 		if _, err := f.WriteAt(buf, off); err != nil {
 			return err
 		}
@@ -63,35 +54,18 @@ func PrepareFile(fs *sluice.FS, path string, size int64) error {
 	return f.Fsync()
 }
 
-// PrepareImage makes path a raw image file of size bytes on the host,
-// written once sequentially with O_DIRECT (so that a later random-write
-// benchmark overwrites allocated, written blocks, as the sluice file's
-// are), for fio to run against. An existing file of that size is kept.
-func PrepareImage(path string, size int64) error {
-	const chunk = 1 << 20
-	if st, err := os.Stat(path); err == nil && st.Size() == size {
-		return nil
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_DIRECT, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	buf := device.AlignedBuf(chunk)
-	for i := range buf {
-		buf[i] = byte(i * 7)
-	}
-	for off := int64(0); off < size; off += chunk {
-		if _, err := f.WriteAt(buf[:min(chunk, size-off)], off); err != nil {
-			return err
+// fillRandom fills buf (a multiple of 8 bytes long) from rng.
+func fillRandom(buf []byte, rng *rand.Rand) {
+	for i := 0; i+8 <= len(buf); i += 8 {
+		v := rng.Uint64()
+		for k := 0; k < 8; k++ {
+			buf[i+k] = byte(v >> (8 * k))
 		}
 	}
-	return f.Sync()
 }
 
-// RandomWriteOptions configures RunRandomWrites and FioRandomWrites
-// (workload W3).
-type RandomWriteOptions struct {
+// ringWriteOptions configures ringRandomWrites (workload W3).
+type ringWriteOptions struct {
 	// Submitters is the number of submitting goroutines (fio numjobs).
 	// The default value is 8.
 	Submitters int
@@ -121,75 +95,87 @@ type RandomWriteOptions struct {
 	Seed uint64
 }
 
-func (o *RandomWriteOptions) ensureDefaults() {
-	if o.Submitters == 0 {
-		o.Submitters = 8
+func (o *ringWriteOptions) ensureDefaults() {
+	setDefault(&o.Submitters, 8)
+	setDefault(&o.Depth, 8)
+	setDefault(&o.BlockSize, 4096)
+	setDefault(&o.Duration, 5*time.Second)
+	if o.RingPerSubmitter {
+		setDefault(&o.Workers, o.Depth)
 	}
-	if o.Depth == 0 {
-		o.Depth = 8
-	}
-	if o.BlockSize == 0 {
-		o.BlockSize = 4096
-	}
-	if o.Duration == 0 {
-		o.Duration = 5 * time.Second
-	}
-	if o.Workers == 0 {
-		o.Workers = o.Submitters * o.Depth
-		if o.RingPerSubmitter {
-			o.Workers = o.Depth
-		}
-	}
-	if o.Seed == 0 {
-		o.Seed = 1
+	setDefault(&o.Workers, o.Submitters*o.Depth)
+	setDefault(&o.Seed, 1)
+}
+
+// setDefault sets *p to def if it is the zero value.
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
 	}
 }
 
 // String renders the options on one line.
-func (o RandomWriteOptions) String() string {
+func (o ringWriteOptions) String() string {
 	return fmt.Sprintf("submitters=%d depth=%d bs=%d duration=%v inline=%t ring_per_submitter=%t workers=%d seed=%d",
 		o.Submitters, o.Depth, o.BlockSize, o.Duration, o.Inline, o.RingPerSubmitter, o.Workers, o.Seed)
 }
 
-// RandomWriteResult is one run of W3.
-type RandomWriteResult struct {
+// ringRate is what a ring workload run did, per operation.
+type ringRate struct {
+	// Ops is the number of operations completed; Elapsed the time from
+	// the first submission to the last completion; IOPS their ratio.
+	Ops     int64
+	Elapsed time.Duration
+	IOPS    float64
+	// CPUPerOp is the process's user+system CPU time (getrusage) per
+	// operation.
+	CPUPerOp time.Duration
+	// SwitchesPerOp is the process's context switches (voluntary and
+	// involuntary, getrusage) per operation.
+	SwitchesPerOp float64
+}
+
+// set fills r from ops operations done in elapsed with the process's
+// use.
+func (r *ringRate) set(ops int64, elapsed time.Duration, use rusage.Usage) {
+	r.Ops, r.Elapsed = ops, elapsed
+	r.IOPS = float64(ops) / elapsed.Seconds()
+	if ops > 0 {
+		r.CPUPerOp = use.CPU / time.Duration(ops)
+		r.SwitchesPerOp = float64(use.Switches) / float64(ops)
+	}
+}
+
+// ringWriteResult is one run of W3.
+type ringWriteResult struct {
 	// Options are the options run with, defaults applied.
-	Options RandomWriteOptions
-	// Policy is the engine's policy ("fio" for FioRandomWrites).
+	Options ringWriteOptions
+	// Policy is the engine's policy.
 	Policy string
 	// Parallel says whether the file took parallel direct writes (so
 	// the punts were not hashed).
 	Parallel bool
-	// Ops is the number of writes completed; Elapsed the time from the
-	// first submission to the last completion.
-	Ops     int64
-	Elapsed time.Duration
-	// IOPS is Ops per second of Elapsed.
-	IOPS float64
-	// CPUPerOp is the process's user+system CPU time (getrusage) per
-	// write.
-	CPUPerOp time.Duration
-	// SwitchesPerOp is the process's context switches (voluntary and
-	// involuntary, getrusage) per write.
-	SwitchesPerOp float64
+	// Ops, Elapsed, IOPS, CPUPerOp and SwitchesPerOp count the writes.
+	ringRate
 	// MaxDeviceInFlight is the most device I/Os the engine had in flight.
 	MaxDeviceInFlight int64
 	// Ring sums the rings' counters (peaks are the largest ring's).
-	Ring Stats
+	Ring ring.Stats
 }
 
-// RunRandomWrites runs W3 (seed 002) on fs: Submitters goroutines keep
+// ringRandomWrites runs W3 (seed 002) on fs: Submitters goroutines keep
 // Submitters*Depth BlockSize-sized O_DIRECT writes in flight at random
-// aligned offsets of path, a file PrepareFile wrote, through one shared
+// aligned offsets of path, a file prepareEngineFile wrote, through one shared
 // ring (or one ring each), for Duration. Whether the punted writes are
 // hashed per inode depends on fs's policy (Policy.ParallelDirectWrites).
 //
 // With a shared ring each submitter reaps whatever completions it finds
 // and submits one new write for each, so the writes in flight stay at
 // Submitters*Depth whichever goroutine reaped them.
-func RunRandomWrites(fs *sluice.FS, path string, o RandomWriteOptions) (RandomWriteResult, error) {
+func ringRandomWrites(fs *sluice.FS, path string, o ringWriteOptions) (ringWriteResult, error) {
 	o.ensureDefaults()
-	res := RandomWriteResult{Options: o, Policy: fs.Policy().String()}
+	res := ringWriteResult{Options: o, Policy: fs.Policy().String()}
 	f, err := fs.OpenFile(path, sluice.O_RDWR|sluice.O_DIRECT, 0)
 	if err != nil {
 		return res, err
@@ -201,7 +187,7 @@ func RunRandomWrites(fs *sluice.FS, path string, o RandomWriteOptions) (RandomWr
 	}
 	blocks := a.Size / int64(o.BlockSize)
 	if blocks < 1 {
-		return res, fmt.Errorf("ring: RunRandomWrites: %s is smaller than one block", path)
+		return res, fmt.Errorf("bench: ringRandomWrites: %s is smaller than one block", path)
 	}
 	res.Parallel = f.ParallelDirectWrites()
 
@@ -210,10 +196,10 @@ func RunRandomWrites(fs *sluice.FS, path string, o RandomWriteOptions) (RandomWr
 		nrings = o.Submitters
 	}
 	perRing := o.Submitters * o.Depth / nrings
-	rings := make([]*Ring, nrings)
-	ropts := Options{ForceAsync: !o.Inline, Workers: o.Workers}
+	rings := make([]*ring.Ring, nrings)
+	ropts := ring.Options{ForceAsync: !o.Inline, Workers: o.Workers}
 	for i := range rings {
-		if rings[i], err = New(perRing, &ropts); err != nil {
+		if rings[i], err = ring.New(perRing, &ropts); err != nil {
 			return res, err
 		}
 	}
@@ -275,7 +261,7 @@ func RunRandomWrites(fs *sluice.FS, path string, o RandomWriteOptions) (RandomWr
 					return
 				}
 			}
-			cqes := make([]CQE, o.Depth)
+			cqes := make([]ring.CQE, o.Depth)
 			for outstanding[ri].Load() > 0 {
 				n, err := r.Wait(drained, 1, cqes)
 				if err != nil && drained.Err() == nil {
@@ -306,88 +292,19 @@ func RunRandomWrites(fs *sluice.FS, path string, o RandomWriteOptions) (RandomWr
 		}()
 	}
 	wg.Wait()
-	res.Elapsed = time.Since(start)
-	use := rusage.Self().Sub(ru0)
+	res.set(ops.Load(), time.Since(start), rusage.Self().Sub(ru0))
 	if firstErr != nil {
 		return res, firstErr
 	}
-	res.Ops = ops.Load()
-	res.IOPS = float64(res.Ops) / res.Elapsed.Seconds()
-	if res.Ops > 0 {
-		res.CPUPerOp = use.CPU / time.Duration(res.Ops)
-		res.SwitchesPerOp = float64(use.Switches) / float64(res.Ops)
-	}
 	res.MaxDeviceInFlight = fs.Counters()["MaxDeviceInFlight"]
 	for _, r := range rings {
-		res.Ring = addStats(res.Ring, r.Stats())
+		res.Ring = addRingStats(res.Ring, r.Stats())
 	}
 	return res, nil
 }
 
-// FioRandomWrites runs W3's reference: fio's io_uring engine with
-// O_DIRECT random writes of the same shape (numjobs=Submitters,
-// iodepth=Depth, bs=BlockSize, runtime=Duration) on the raw image file
-// image (PrepareImage), with fio at fioPath. Inline and
-// RingPerSubmitter do not apply.
-func FioRandomWrites(fioPath, image string, o RandomWriteOptions) (RandomWriteResult, error) {
-	o.ensureDefaults()
-	res := RandomWriteResult{Options: o, Policy: "fio", Parallel: true}
-	st, err := os.Stat(image)
-	if err != nil {
-		return res, err
-	}
-	args := []string{
-		"--name=w3", "--filename=" + image, "--ioengine=io_uring", "--direct=1",
-		"--rw=randwrite", "--bs=" + strconv.Itoa(o.BlockSize),
-		"--numjobs=" + strconv.Itoa(o.Submitters), "--iodepth=" + strconv.Itoa(o.Depth),
-		"--size=" + strconv.FormatInt(st.Size(), 10), "--time_based",
-		"--runtime=" + strconv.FormatFloat(o.Duration.Seconds(), 'f', -1, 64) + "s",
-		"--group_reporting", "--norandommap", "--randrepeat=0", "--output-format=json",
-	}
-	var out, stderr bytes.Buffer
-	cmd := exec.Command(fioPath, args...)
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
-		return res, fmt.Errorf("ring: fio %v: %v: %s", args, err, stderr.String())
-	}
-	cpu := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	var switches int64
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		switches = ru.Nvcsw + ru.Nivcsw
-	}
-	var rep struct {
-		Jobs []struct {
-			Write struct {
-				IOPS     float64 `json:"iops"`
-				TotalIOs int64   `json:"total_ios"`
-				Runtime  int64   `json:"runtime"` // ms
-			} `json:"write"`
-		} `json:"jobs"`
-	}
-	// fio may print notices before the JSON.
-	js := out.Bytes()
-	if i := bytes.IndexByte(js, '{'); i > 0 {
-		js = js[i:]
-	}
-	if err := json.Unmarshal(js, &rep); err != nil || len(rep.Jobs) == 0 {
-		return res, fmt.Errorf("ring: parsing fio's output: %v", err)
-	}
-	j := rep.Jobs[0]
-	res.IOPS = j.Write.IOPS
-	res.Ops = j.Write.TotalIOs
-	res.Elapsed = time.Duration(j.Write.Runtime) * time.Millisecond
-	if res.Ops > 0 {
-		// fio's whole process tree (its job processes were waited for),
-		// including its start-up and the file layout: a slight
-		// overestimate.
-		res.CPUPerOp = cpu / time.Duration(res.Ops)
-		res.SwitchesPerOp = float64(switches) / float64(res.Ops)
-	}
-	return res, nil
-}
-
-// RandomReadOptions configures RunRandomReads (workload W4).
-type RandomReadOptions struct {
+// ringReadOptions configures ringRandomReads (workload W4).
+type ringReadOptions struct {
 	// Depth is the number of reads kept in flight by the one submitter.
 	// The default value is 32.
 	Depth int
@@ -406,47 +323,29 @@ type RandomReadOptions struct {
 	Seed uint64
 }
 
-func (o *RandomReadOptions) ensureDefaults() {
-	if o.Depth == 0 {
-		o.Depth = 32
-	}
-	if o.BlockSize == 0 {
-		o.BlockSize = 4096
-	}
-	if o.Duration == 0 {
-		o.Duration = 5 * time.Second
-	}
-	if o.Workers == 0 {
-		o.Workers = o.Depth
-	}
-	if o.Seed == 0 {
-		o.Seed = 89
-	}
+func (o *ringReadOptions) ensureDefaults() {
+	setDefault(&o.Depth, 32)
+	setDefault(&o.BlockSize, 4096)
+	setDefault(&o.Duration, 5*time.Second)
+	setDefault(&o.Workers, o.Depth)
+	setDefault(&o.Seed, 89)
 }
 
 // String renders the options on one line.
-func (o RandomReadOptions) String() string {
+func (o ringReadOptions) String() string {
 	return fmt.Sprintf("depth=%d bs=%d duration=%v ops=%d workers=%d seed=%d",
 		o.Depth, o.BlockSize, o.Duration, o.Ops, o.Workers, o.Seed)
 }
 
-// RandomReadResult is one run of W4.
-type RandomReadResult struct {
+// ringReadResult is one run of W4.
+type ringReadResult struct {
 	// Options are the options run with, defaults applied.
-	Options RandomReadOptions
+	Options ringReadOptions
 	// Policy is the engine's policy.
 	Policy string
-	// Ops is the number of reads completed; Elapsed the time from the
-	// first submission to the last completion; IOPS their ratio.
-	Ops     int64
-	Elapsed time.Duration
-	IOPS    float64
-	// CPUPerOp is the process's user+system CPU time (getrusage) per
-	// read.
-	CPUPerOp time.Duration
-	// SwitchesPerOp is the process's context switches (voluntary and
-	// involuntary, getrusage) per read: the seed's "context switch rate".
-	SwitchesPerOp float64
+	// Ops, Elapsed, IOPS, CPUPerOp and SwitchesPerOp count the reads
+	// (SwitchesPerOp is the seed's "context switch rate").
+	ringRate
 	// CacheHits counts reads served from the page cache by the first
 	// inline attempt (no device read, retry or punt).
 	CacheHits int64
@@ -457,19 +356,19 @@ type RandomReadResult struct {
 	// at once (the ring's WorkersBlockedPeak).
 	PeakWorkersBlocked int64
 	// Ring holds the ring's counters.
-	Ring Stats
+	Ring ring.Stats
 }
 
-// RunRandomReads runs W4 (seed 003) on fs: one submitter keeps Depth
+// ringRandomReads runs W4 (seed 003) on fs: one submitter keeps Depth
 // buffered BlockSize reads in flight at random aligned offsets of path
 // through one ring, for Duration (or Ops reads). For the seed's "cold"
 // runs pass a freshly opened fs (an empty page cache), and a file much
 // larger than the cache. Whether a read that meets a page under I/O arms a
 // retry or punts to a blocking worker depends on fs's policy
 // (Policy.AsyncBufferedReads).
-func RunRandomReads(fs *sluice.FS, path string, o RandomReadOptions) (RandomReadResult, error) {
+func ringRandomReads(fs *sluice.FS, path string, o ringReadOptions) (ringReadResult, error) {
 	o.ensureDefaults()
-	res := RandomReadResult{Options: o, Policy: fs.Policy().String()}
+	res := ringReadResult{Options: o, Policy: fs.Policy().String()}
 	f, err := fs.OpenFile(path, sluice.O_RDONLY, 0)
 	if err != nil {
 		return res, err
@@ -481,9 +380,9 @@ func RunRandomReads(fs *sluice.FS, path string, o RandomReadOptions) (RandomRead
 	}
 	blocks := a.Size / int64(o.BlockSize)
 	if blocks < 1 {
-		return res, fmt.Errorf("ring: RunRandomReads: %s is smaller than one block", path)
+		return res, fmt.Errorf("bench: ringRandomReads: %s is smaller than one block", path)
 	}
-	r, err := New(o.Depth, &Options{Workers: o.Workers})
+	r, err := ring.New(o.Depth, &ring.Options{Workers: o.Workers})
 	if err != nil {
 		return res, err
 	}
@@ -493,7 +392,7 @@ func RunRandomReads(fs *sluice.FS, path string, o RandomReadOptions) (RandomRead
 	for i := range bufs {
 		bufs[i] = device.AlignedBuf(o.BlockSize)
 	}
-	cqes := make([]CQE, o.Depth)
+	cqes := make([]ring.CQE, o.Depth)
 	deadline := time.Now().Add(o.Duration)
 	submitted := int64(0)
 	more := func() bool {
@@ -528,7 +427,7 @@ func RunRandomReads(fs *sluice.FS, path string, o RandomReadOptions) (RandomRead
 				return res, c.Err
 			}
 			res.Ops++
-			if c.Flags == CQEInline {
+			if c.Flags == ring.CQEInline {
 				res.CacheHits++
 			}
 			if more() {
@@ -539,22 +438,16 @@ func RunRandomReads(fs *sluice.FS, path string, o RandomReadOptions) (RandomRead
 			}
 		}
 	}
-	res.Elapsed = time.Since(start)
-	use := rusage.Self().Sub(ru0)
-	res.IOPS = float64(res.Ops) / res.Elapsed.Seconds()
-	if res.Ops > 0 {
-		res.CPUPerOp = use.CPU / time.Duration(res.Ops)
-		res.SwitchesPerOp = float64(use.Switches) / float64(res.Ops)
-	}
+	res.set(res.Ops, time.Since(start), rusage.Self().Sub(ru0))
 	res.PeakGoroutines = peak
 	res.Ring = r.Stats()
 	res.PeakWorkersBlocked = res.Ring.WorkersBlockedPeak
 	return res, nil
 }
 
-// addStats sums counts and takes the larger peaks.
-func addStats(a, b Stats) Stats {
-	return Stats{
+// addRingStats sums counts and takes the larger peaks.
+func addRingStats(a, b ring.Stats) ring.Stats {
+	return ring.Stats{
 		Submitted: a.Submitted + b.Submitted, Completed: a.Completed + b.Completed,
 		Inline: a.Inline + b.Inline, Queued: a.Queued + b.Queued,
 		Punts: a.Punts + b.Punts, ForcedPunts: a.ForcedPunts + b.ForcedPunts,

@@ -1,6 +1,7 @@
-package ring
+package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,9 +15,11 @@ import (
 	"github.com/sluicefs/sluice/volume"
 )
 
-// The seed experiments on a real volume (directdev, O_DIRECT on the host
-// disk). They need SLUICE_BENCH=1; they make a 2 GiB volume and a 1 GiB
-// raw image under SLUICE_BENCH_DIR (default /var/tmp/sluice-ring-bench),
+// The ring's seed experiments in detail (W3 and W4 as `sluice bench`
+// runs them, plus the data device's io_uring counters and every run's
+// IOPS), on a real volume (directdev, O_DIRECT on the host disk). They
+// need SLUICE_BENCH=1; they make a 2 GiB volume and a 1 GiB raw image
+// under $SLUICE_BENCH_DIR/ring-bench (default /var/tmp/sluice-ring-bench),
 // once, and reuse them. Each configuration runs SLUICE_BENCH_ROUNDS times
 // (default 3), the configurations interleaved round by round so that the
 // host disk's drift hits them alike, and the tables show medians. Other
@@ -26,7 +29,7 @@ import (
 // (W4, default 1,2,4,8,16,32), SLUICE_BENCH_POLICY (W4, one policy). For
 // example:
 //
-//	SLUICE_BENCH=1 go test -run 'TestBenchW3|TestBenchW4' -v -timeout 60m ./ring/
+//	SLUICE_BENCH=1 go test -run 'TestBenchW3|TestBenchW4' -v -timeout 60m ./bench/
 
 const benchFileSize = 1 << 30
 
@@ -40,9 +43,9 @@ func benchEnv(t *testing.T) benchSetup {
 	if os.Getenv("SLUICE_BENCH") == "" {
 		t.Skip("set SLUICE_BENCH=1 to run the seed benchmarks on a real volume")
 	}
-	dir := os.Getenv("SLUICE_BENCH_DIR")
-	if dir == "" {
-		dir = "/var/tmp/sluice-ring-bench"
+	dir := "/var/tmp/sluice-ring-bench"
+	if d := os.Getenv("SLUICE_BENCH_DIR"); d != "" {
+		dir = filepath.Join(d, "ring-bench")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -65,7 +68,7 @@ func benchEnv(t *testing.T) benchSetup {
 		}
 	}
 	e := benchOpen(t, s, sluice.Concurrent())
-	if err := PrepareFile(e.fs, "/data", benchFileSize); err != nil {
+	if err := prepareEngineFile(e.fs, "/data", benchFileSize); err != nil {
 		t.Fatal(err)
 	}
 	e.close()
@@ -126,27 +129,13 @@ func devPerOp(a, b directdev.Stats, ops int64) (enters, wakeups float64) {
 	return float64(b.Enters-a.Enters) / float64(ops), float64(b.Wakeups-a.Wakeups) / float64(ops)
 }
 
-// median returns the median of xs (the mean of the middle two for an even
-// count).
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// series collects one configuration's runs.
-type series struct {
+// runSeries collects one configuration's runs.
+type runSeries struct {
 	iops, cpu, switches, enters, wakeups, goroutines, blocked []float64
 	last                                                      any
 }
 
-func (s *series) add(iops float64, cpu time.Duration, switches, enters, wakeups float64, goroutines int, blocked int64, last any) {
+func (s *runSeries) add(iops float64, cpu time.Duration, switches, enters, wakeups float64, goroutines int, blocked int64, last any) {
 	s.iops = append(s.iops, iops)
 	s.cpu = append(s.cpu, float64(cpu))
 	s.switches = append(s.switches, switches)
@@ -157,7 +146,7 @@ func (s *series) add(iops float64, cpu time.Duration, switches, enters, wakeups 
 	s.last = last
 }
 
-func (s *series) cpuMedian() time.Duration {
+func (s *runSeries) cpuMedian() time.Duration {
 	return time.Duration(median(s.cpu)).Round(10 * time.Nanosecond)
 }
 
@@ -192,25 +181,28 @@ func TestBenchW3(t *testing.T) {
 	haveFio := false
 	if st, err := os.Stat(fio); err == nil && !st.IsDir() {
 		haveFio = true
-		if err := PrepareImage(s.image, benchFileSize); err != nil {
+		if err := prepareFile(context.Background(), s.image, benchFileSize, true); err != nil {
 			t.Fatal(err)
 		}
 	}
-	res := make([]series, len(cfgs))
-	var fioRes series
+	res := make([]runSeries, len(cfgs))
+	var fioRes runSeries
 	for round := 0; round < s.rounds; round++ {
 		if haveFio {
-			r, err := FioRandomWrites(fio, s.image, RandomWriteOptions{Duration: s.duration})
+			r, err := fioRunner{path: fio}.run(context.Background(), sysJob{name: "w3", rw: "randwrite", path: s.image,
+				direct: true, ioengine: "io_uring", bs: 4096, numjobs: 8, iodepth: 8, size: benchFileSize,
+				runtime: s.duration, timeBased: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			fioRes.add(r.IOPS, r.CPUPerOp, r.SwitchesPerOp, 0, 0, 0, 0, r)
-			t.Logf("round %d fio: %.0f IOPS", round, r.IOPS)
+			m := r.metrics(false)
+			fioRes.add(m["iops"], time.Duration(m["cpu_ns_per_io"]), m["ctx_switches_per_io"], 0, 0, 0, 0, r)
+			t.Logf("round %d fio: %.0f IOPS (%s)", round, m["iops"], r.cmdline)
 		}
 		for i, c := range cfgs {
 			b := benchOpen(t, s, c.pol)
 			d0 := b.devStats()
-			r, err := RunRandomWrites(b.fs, "/data", RandomWriteOptions{Duration: s.duration, RingPerSubmitter: !c.shared})
+			r, err := ringRandomWrites(b.fs, "/data", ringWriteOptions{Duration: s.duration, RingPerSubmitter: !c.shared})
 			d1 := b.devStats()
 			b.close()
 			if err != nil {
@@ -232,12 +224,12 @@ func TestBenchW3(t *testing.T) {
 		return strings.Join(p, ", ")
 	}
 	for i, c := range cfgs {
-		r := res[i].last.(RandomWriteResult)
+		r := res[i].last.(ringWriteResult)
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %v | %.2f | %d | %.0f | %d |\n", c.name, median(res[i].iops), all(res[i].iops),
 			res[i].cpuMedian(), median(res[i].switches), r.MaxDeviceInFlight, maxOf(res[i].blocked), r.Ring.HashedWaits)
 	}
 	if haveFio {
-		fmt.Fprintf(&b, "| fio --ioengine=io_uring --direct=1 --numjobs=8 --iodepth=8 --rw=randwrite --bs=4k, raw image | %.0f | %s | %v | %.2f | - | - | - |\n",
+		fmt.Fprintf(&b, "| fio --ioengine=io_uring --direct=1 --numjobs=8 --iodepth=8 --rw=randwrite --bs=4096, raw image | %.0f | %s | %v | %.2f | - | - | - |\n",
 			median(fioRes.iops), all(fioRes.iops), fioRes.cpuMedian(), median(fioRes.switches))
 	}
 	fmt.Fprintf(&b, "\nparallel/hashed (medians): %.2fx (one shared ring), %.2fx (ring per submitter)",
@@ -279,13 +271,13 @@ func TestBenchW4(t *testing.T) {
 		pol   string
 	}
 	depths, pols := benchDepths(t), benchPolicies(t)
-	got := map[key]*series{}
+	got := map[key]*runSeries{}
 	for round := 0; round < s.rounds; round++ {
 		for _, depth := range depths {
 			for _, pol := range pols {
 				b := benchOpenOpts(t, s, sluice.Options{Policy: &pol, CacheSizeBytes: cache})
 				d0 := b.devStats()
-				r, err := RunRandomReads(b.fs, "/data", RandomReadOptions{Depth: depth, Ops: ops})
+				r, err := ringRandomReads(b.fs, "/data", ringReadOptions{Depth: depth, Ops: ops})
 				d1 := b.devStats()
 				b.close()
 				if err != nil {
@@ -293,7 +285,7 @@ func TestBenchW4(t *testing.T) {
 				}
 				k := key{depth, pol.String()}
 				if got[k] == nil {
-					got[k] = &series{}
+					got[k] = &runSeries{}
 				}
 				en, wk := devPerOp(d0, d1, r.Ops)
 				got[k].add(r.IOPS, r.CPUPerOp, r.SwitchesPerOp, en, wk, r.PeakGoroutines, r.PeakWorkersBlocked, r)
@@ -307,7 +299,7 @@ func TestBenchW4(t *testing.T) {
 	for _, depth := range depths {
 		for _, pol := range pols {
 			x := got[key{depth, pol.String()}]
-			r := x.last.(RandomReadResult)
+			r := x.last.(ringReadResult)
 			fmt.Fprintf(&b, "| %d | %s | %.0f | %v | %.2f | %.2f | %.2f | %.0f | %.0f | %.1f%% | %d | %d |\n", depth, pol, median(x.iops), x.cpuMedian(),
 				median(x.switches), median(x.enters), median(x.wakeups), maxOf(x.goroutines), maxOf(x.blocked),
 				100*float64(r.CacheHits)/float64(max(r.Ops, 1)), r.Ring.RetriesArmed, r.Ring.Punts)
