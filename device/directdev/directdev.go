@@ -87,13 +87,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/device/internal/lifecycle"
 )
 
 // ErrNoDirectIO is wrapped by the error Open returns when the file system
@@ -116,17 +116,12 @@ type Device struct {
 	fallback error
 	be       ioBackend
 
-	// state is closedBit | the number of goroutines inside Submit or
-	// inline.
-	state atomic.Int64
-	// drained receives a token when the last of them leaves after Close
-	// set closedBit.
-	drained chan struct{}
+	// life counts the goroutines inside Submit or inline, and says
+	// whether the device is closed.
+	life lifecycle.Tracker
 	// closeMu serialises Close.
 	closeMu sync.Mutex
 }
-
-const closedBit = int64(1) << 62
 
 // ioBackend is what a backend provides to Device.
 type ioBackend interface {
@@ -151,7 +146,7 @@ func Open(path string, opts Options) (*Device, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("directdev: open %s: %w", path, err)
 	}
-	d := &Device{path: path, ioUnit: opts.IOUnit, opts: opts, readOnly: opts.ReadOnly, drained: make(chan struct{}, 1)}
+	d := &Device{path: path, ioUnit: opts.IOUnit, opts: opts, readOnly: opts.ReadOnly}
 	if err := d.open(); err != nil {
 		return nil, err
 	}
@@ -324,11 +319,10 @@ func (d *Device) String() string {
 
 // Submit validates r and queues it. See device.Device.Submit.
 func (d *Device) Submit(r *device.Request) error {
-	if d.state.Add(1)&closedBit != 0 {
-		d.leave()
+	if !d.life.Enter() {
 		return device.NewError(r, device.ErrClosed)
 	}
-	defer d.leave()
+	defer d.life.Exit()
 	if r.Done == nil {
 		return device.NewError(r, fmt.Errorf("request without Done: %w", syscall.EINVAL))
 	}
@@ -348,16 +342,6 @@ func (d *Device) check(r *device.Request) error {
 		return device.NewError(r, fmt.Errorf("device opened read-only: %w", syscall.EROFS))
 	}
 	return nil
-}
-
-// leave ends a Submit; the last one out after Close signals drained.
-func (d *Device) leave() {
-	if d.state.Add(-1) == closedBit {
-		select {
-		case d.drained <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // ReadAt reads len(p) bytes at off. See device.Device.ReadAt.
@@ -411,11 +395,10 @@ func (d *Device) wait(op device.Op, p []byte, off int64) error {
 // PreadWorkers inline calls run at once.
 func (d *Device) inline(pb *preadBackend, op device.Op, p []byte, off int64) error {
 	r := device.Request{Op: op, Off: off, Buf: p}
-	if d.state.Add(1)&closedBit != 0 {
-		d.leave()
+	if !d.life.Enter() {
 		return device.NewError(&r, device.ErrClosed)
 	}
-	defer d.leave()
+	defer d.life.Exit()
 	if err := d.check(&r); err != nil {
 		return err
 	}
@@ -430,13 +413,10 @@ func (d *Device) inline(pb *preadBackend, op device.Op, p []byte, off int64) err
 func (d *Device) Close() error {
 	d.closeMu.Lock()
 	defer d.closeMu.Unlock()
-	old := d.state.Or(closedBit)
-	if old&closedBit != 0 {
+	if !d.life.Shut() {
 		return fmt.Errorf("directdev: close %s: %w", d.path, device.ErrClosed)
 	}
-	if old != 0 {
-		<-d.drained // the last Submit in progress has left
-	}
+	d.life.Wait() // the last Submit in progress has left
 	err := d.be.close()
 	if cerr := unix.Close(d.fd); err == nil && cerr != nil {
 		err = fmt.Errorf("directdev: close %s: %w", d.path, cerr)
