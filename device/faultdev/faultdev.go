@@ -4,8 +4,8 @@
 //
 // # Pipeline
 //
-// Every request accepted by Submit (and ReadAt, WriteAt and Flush, which are
-// Submit plus device.Wait) passes through the same stages, in order:
+// Every request accepted by Submit (device.ReadAt, WriteAt and Flush are
+// Submit plus a wait) passes through the same stages, in order:
 //
 //  1. Validation: device.Check against the wrapper's size and I/O unit (those
 //     of the inner device), then the closed check. A request refused here
@@ -119,21 +119,6 @@ func (d *Device) Size() int64 { return d.size }
 
 // IOUnit returns the inner device's I/O unit.
 func (d *Device) IOUnit() int { return d.ioUnit }
-
-// ReadAt reads len(p) bytes at off into p, through the pipeline.
-func (d *Device) ReadAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpRead, Off: off, Buf: p})
-}
-
-// WriteAt writes p at off, through the pipeline.
-func (d *Device) WriteAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpWrite, Off: off, Buf: p})
-}
-
-// Flush flushes the inner device, through the pipeline.
-func (d *Device) Flush() error {
-	return device.Wait(d, &device.Request{Op: device.OpFlush})
-}
 
 // Inject installs inj after the injectors already installed, enabled, and
 // returns its handle.

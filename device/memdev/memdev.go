@@ -181,22 +181,6 @@ func (d *Device) Size() int64 { return d.size }
 // IOUnit returns the device's I/O unit.
 func (d *Device) IOUnit() int { return d.ioUnit }
 
-// ReadAt reads len(p) bytes at off into p.
-func (d *Device) ReadAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpRead, Off: off, Buf: p})
-}
-
-// WriteAt writes p at off. The write is pending (lost or torn by a crash)
-// until a later Flush returns.
-func (d *Device) WriteAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpWrite, Off: off, Buf: p})
-}
-
-// Flush makes every write that completed before it was called durable.
-func (d *Device) Flush() error {
-	return device.Wait(d, &device.Request{Op: device.OpFlush})
-}
-
 // Submit starts r. A read or write is carried out before Submit returns;
 // Done runs later on a new goroutine.
 func (d *Device) Submit(r *device.Request) error {
