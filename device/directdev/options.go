@@ -139,6 +139,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("Backend %d is not Auto, Uring or Pread", int(o.Backend)))
 	}
 	if o.Rings < 1 || o.Rings > maxRings {
+		//lint:ignore ST1005 it names the field, as its neighbours do (staticcheck knows only type and function names)
 		errs = append(errs, fmt.Errorf("Rings %d is not in [1, %d]", o.Rings, maxRings))
 	}
 	if o.RingEntries < minRingEntries || o.RingEntries > maxRingEntries || o.RingEntries&(o.RingEntries-1) != 0 {
