@@ -255,12 +255,7 @@ func Flush(d Device) error {
 // builds its own Request; ReadAt, WriteAt and Flush are shorter.
 func Wait(d Device, r *Request) error {
 	w := waiterPool.Get().(*waiter)
-	r.Done = w.done
-	err := d.Submit(r)
-	if err == nil {
-		err = <-w.ch
-	}
-	r.Done = nil
+	err := w.wait(d, r)
 	waiterPool.Put(w)
 	return err
 }
@@ -280,13 +275,22 @@ var waiterPool = sync.Pool{New: func() any {
 	return w
 }}
 
-func wait(d Device, op Op, p []byte, off int64) error {
-	w := waiterPool.Get().(*waiter)
-	w.req = Request{Op: op, Off: off, Buf: p, Done: w.done}
-	err := d.Submit(&w.req)
+// wait submits r on d with w's Done and waits for it. The channel is empty
+// again when it returns: Done ran once and was received, or never ran.
+func (w *waiter) wait(d Device, r *Request) error {
+	r.Done = w.done
+	err := d.Submit(r)
 	if err == nil {
 		err = <-w.ch
 	}
+	r.Done = nil
+	return err
+}
+
+func wait(d Device, op Op, p []byte, off int64) error {
+	w := waiterPool.Get().(*waiter)
+	w.req = Request{Op: op, Off: off, Buf: p}
+	err := w.wait(d, &w.req)
 	w.req = Request{}
 	waiterPool.Put(w)
 	return err
