@@ -129,7 +129,7 @@ func BenchmarkRandRead4K32(b *testing.B) {
 	deviceRead := func(rng *rand.Rand) error {
 		buf := bufs.Get().([]byte)
 		defer bufs.Put(buf)
-		return dev.ReadAt(buf, devOff[rng.IntN(len(devOff))])
+		return device.ReadAt(dev, buf, devOff[rng.IntN(len(devOff))])
 	}
 	// Alternate short slices so that machine noise hits both alike; report
 	// medians.

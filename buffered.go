@@ -331,7 +331,7 @@ func (in *inode) readRangeInto(buf []byte, pos int64) error {
 			fbase := lo - (devOff - ubase)
 			segLo, segHi := fs.clip(s, fbase, fbase+ulen)
 			nb := in.claimNeighbourPages(segLo, segHi)
-			err := fs.dev.ReadAt(bounce, ubase)
+			err := device.ReadAt(fs.dev, bounce, ubase)
 			in.fillNeighbourPages(nb, bounce, fbase, err)
 			if err != nil {
 				return eio(err)

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/sluicefs/sluice/alloc"
+	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/meta"
@@ -134,7 +135,7 @@ func (fs *FS) syncPoint() error {
 		return err
 	}
 	epoch := fs.convEpoch.Add(1) - 1
-	if err := fs.dev.Flush(); err != nil {
+	if err := device.Flush(fs.dev); err != nil {
 		// Nothing is known about which completed writes survived, and a
 		// later flush would not make up for it: marking their conversions
 		// durable, or reporting a later fsync as success, could expose

@@ -134,15 +134,3 @@ func (d *countingDevice) Submit(r *device.Request) error {
 	}
 	return nil
 }
-
-func (d *countingDevice) ReadAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpRead, Off: off, Buf: p})
-}
-
-func (d *countingDevice) WriteAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpWrite, Off: off, Buf: p})
-}
-
-func (d *countingDevice) Flush() error {
-	return device.Wait(d, &device.Request{Op: device.OpFlush})
-}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sluicefs/sluice/alloc"
 	"github.com/sluicefs/sluice/device"
-	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/pagecache"
@@ -128,8 +127,8 @@ func OpenVolume(v *volume.Volume, opts *Options) (*FS, error) {
 	}
 	pol := *o.Policy
 	o.Policy = &pol
-	if d, ok := v.Dev.(*directdev.Device); ok {
-		o.Device = d.Options() // as the volume opened it: its I/O unit, defaults filled
+	if do, ok := v.DeviceOptions(); ok {
+		o.Device = do // as the volume opened it: its I/O unit, defaults filled
 	}
 	h := v.Header
 	fs := &FS{

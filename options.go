@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicefs/sluice/device/directdev"
+	"github.com/sluicefs/sluice/volume"
 )
 
 // Policy switches each of the five seed optimisations on or off, so that
@@ -139,8 +139,8 @@ type Options struct {
 	ReadOnly bool
 	// Device configures the data device when Open opens a volume
 	// directory (backend, buffered fallback). The default value is the zero
-	// directdev.Options.
-	Device directdev.Options
+	// volume.DeviceOptions.
+	Device volume.DeviceOptions
 }
 
 // EnsureDefaults fills unset fields with their defaults and returns o. A

@@ -135,7 +135,7 @@ func (in *inode) zeroEOFTail(size int64) error {
 	}
 	// The zeros must be durable before the size that exposes them can be:
 	// otherwise a crash could keep the new size and the old bytes.
-	if err := in.fs.dev.Flush(); err != nil {
+	if err := device.Flush(in.fs.dev); err != nil {
 		return in.fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
 	}
 	return nil
@@ -165,12 +165,12 @@ func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err err
 	buf := device.AlignedBuf(int(hi - lo))
 	dev := int64(s.DevBlock)*fs.blockSize + lo
 	if lo != from || hi != to {
-		if err := fs.dev.ReadAt(buf, dev); err != nil {
+		if err := device.ReadAt(fs.dev, buf, dev); err != nil {
 			return false, eio(err)
 		}
 	}
 	clear(buf[from-lo : to-lo])
-	return true, eio(fs.dev.WriteAt(buf, dev))
+	return true, eio(device.WriteAt(fs.dev, buf, dev))
 }
 
 // fallocate implements fallocate(2) for the modes sluice supports:

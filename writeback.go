@@ -328,7 +328,7 @@ func (in *inode) planWritten(b *ioBatch, bounce []byte, blk uint64, lo, hi, dev 
 		fs.counters.CacheRMWUnitReads.Add(1)
 		fileLo := int64(blk)*fs.blockSize + ulo
 		nb := in.claimNeighbourPages(fileLo, fileLo+u)
-		err := fs.dev.ReadAt(tmp, dev+c*u)
+		err := device.ReadAt(fs.dev, tmp, dev+c*u)
 		in.fillNeighbourPages(nb, tmp, fileLo, err)
 		if err != nil {
 			return eio(err)

@@ -17,17 +17,35 @@
 //   - Bounds. An I/O that does not lie wholly inside [0, Size()) fails with an
 //     error wrapping EINVAL and does nothing.
 //   - No partial results. A read or write either transfers every byte or
-//     returns an error; after a failed write the contents of the range are
-//     unspecified (any mix of old and new sectors).
+//     fails; after a failed write the contents of the range are unspecified
+//     (any mix of old and new sectors).
 //   - Concurrency. Every method may be called from many goroutines at once.
 //     Concurrent I/Os to overlapping ranges are not ordered with respect to
 //     each other: the caller orders them.
 //   - Durability. A completed write is visible to later reads at once but is
-//     durable only after a Flush that was submitted after the write
-//     completed has returned successfully. A crash may keep, drop or tear (at
-//     a 512 B sector boundary) every write not covered by such a Flush.
-//   - Buffers stay owned by the device from Submit until Done runs; the
-//     caller must not touch them in between.
+//     durable only after an OpFlush that was submitted after the write
+//     completed has completed successfully. A crash may keep, drop or tear
+//     (at a 512 B sector boundary) every write not covered by such a flush.
+//     On a failed flush nothing is known about which of the writes it covered
+//     are durable, and a later successful flush does not make up for it: a
+//     write that completed before a failed flush must be redone before it
+//     can be trusted durable.
+//   - Ownership. A Request and its buffer belong to the device from Submit
+//     until it calls Done; the caller must not touch them in between, and
+//     the device does not touch them once it has called Done (so Done may
+//     reuse or resubmit the request at once).
+//
+// # Asynchronous core, synchronous helpers
+//
+// A Device has one way to do I/O: Submit a Request and be called back.
+// Reads, writes and flushes are all requests (a flush is an OpFlush request,
+// not a method, so that wrappers see, count, delay and fail it on the same
+// path as the rest). Synchronous callers use the package functions ReadAt,
+// WriteAt, Flush and Wait, which submit and wait (without allocating: the
+// waits are pooled); implementations and wrappers implement only Submit,
+// Size, IOUnit and Close. The helpers block until the request completes, so
+// a Done callback must not call them: it may run on the goroutine that
+// would complete the request.
 //
 // Errors returned by a device are *Error values that name the operation, the
 // range and the cause; callers use errors.Is against syscall errnos.
@@ -36,6 +54,7 @@ package device
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -93,27 +112,16 @@ type Request struct {
 	Ctx any
 }
 
-// Device is a block device. See the package documentation for the contract
-// every method obeys.
+// Device is a block device: the asynchronous core every implementation and
+// wrapper provides. See the package documentation for the contract every
+// method obeys, and ReadAt, WriteAt, Flush and Wait for synchronous use.
 type Device interface {
-	// ReadAt reads len(p) bytes at off into p and returns nil, or returns an
-	// error and leaves the contents of p unspecified. It is Submit of an
-	// OpRead followed by a wait.
-	ReadAt(p []byte, off int64) error
-	// WriteAt writes p at off. The write is visible to later reads when
-	// WriteAt returns, and durable after a later Flush returns.
-	WriteAt(p []byte, off int64) error
-	// Flush makes every write that completed before Flush was called
-	// durable. On error, nothing is known about which of them are durable,
-	// and a later successful Flush does not make up for it: a write that
-	// completed before a failed Flush must be redone before it can be
-	// trusted durable.
-	Flush() error
-	// Submit starts r and returns at once. A request that fails validation
-	// (misaligned, out of bounds, device closed) returns an error and Done
-	// is not called. Otherwise Submit returns nil and r.Done is called
-	// exactly once, later. Submit may block briefly when the device's queue
-	// is full (back-pressure); it never waits for I/O completion.
+	// Submit starts r (a read, a write or a flush) and returns at once. A
+	// request that fails validation (misaligned, out of bounds, device
+	// closed) returns an error and Done is not called. Otherwise Submit
+	// returns nil and r.Done is called exactly once, later. Submit may
+	// block briefly when the device's queue is full (back-pressure); it
+	// never waits for I/O completion.
 	Submit(r *Request) error
 	// Size returns the size of the device in bytes, a multiple of IOUnit.
 	// It never changes while the device is open.
@@ -221,13 +229,69 @@ func AlignedBuf(n int) []byte {
 	return raw[off : off+n : off+n]
 }
 
+// ReadAt reads len(p) bytes at off on d into p: it submits an OpRead and
+// waits for it. It returns nil, or an error and leaves the contents of p
+// unspecified.
+func ReadAt(d Device, p []byte, off int64) error {
+	return wait(d, OpRead, p, off)
+}
+
+// WriteAt writes p at off on d: it submits an OpWrite and waits for it. The
+// write is visible to later reads when WriteAt returns, and durable after a
+// later Flush returns nil.
+func WriteAt(d Device, p []byte, off int64) error {
+	return wait(d, OpWrite, p, off)
+}
+
+// Flush makes every write on d that completed before Flush was called
+// durable: it submits an OpFlush and waits for it. See the package
+// documentation for what a failed Flush means.
+func Flush(d Device) error {
+	return wait(d, OpFlush, nil, 0)
+}
+
 // Wait submits r on d and blocks until it completes, returning its error.
-// It overwrites r.Done. Implementations use it for ReadAt, WriteAt and Flush.
+// It sets r.Done for the wait and to nil on return. It is for a caller that
+// builds its own Request; ReadAt, WriteAt and Flush are shorter.
 func Wait(d Device, r *Request) error {
-	ch := make(chan error, 1)
-	r.Done = func(_ *Request, err error) { ch <- err }
-	if err := d.Submit(r); err != nil {
-		return err
+	w := waiterPool.Get().(*waiter)
+	err := w.wait(d, r)
+	waiterPool.Put(w)
+	return err
+}
+
+// waiter is a completion channel with the Done that fills it, pooled (with
+// a Request for ReadAt, WriteAt and Flush) so that a synchronous call does
+// not allocate.
+type waiter struct {
+	req  Request
+	ch   chan error
+	done func(*Request, error)
+}
+
+var waiterPool = sync.Pool{New: func() any {
+	w := &waiter{ch: make(chan error, 1)}
+	w.done = func(_ *Request, err error) { w.ch <- err }
+	return w
+}}
+
+// wait submits r on d with w's Done and waits for it. The channel is empty
+// again when it returns: Done ran once and was received, or never ran.
+func (w *waiter) wait(d Device, r *Request) error {
+	r.Done = w.done
+	err := d.Submit(r)
+	if err == nil {
+		err = <-w.ch
 	}
-	return <-ch
+	r.Done = nil
+	return err
+}
+
+func wait(d Device, op Op, p []byte, off int64) error {
+	w := waiterPool.Get().(*waiter)
+	w.req = Request{Op: op, Off: off, Buf: p}
+	err := w.wait(d, &w.req)
+	w.req = Request{}
+	waiterPool.Put(w)
+	return err
 }

@@ -33,6 +33,26 @@ func (e *InUseError) Error() string {
 // Is makes errors.Is(err, ErrInUse) hold.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
+// DeviceOptions configures how Mkfs and Open open a volume directory's data
+// device, an image file or block device driven by device/directdev. It is
+// directdev.Options under the name of the package that opens the device, so
+// that the layers above (the engine's Options) carry it without importing a
+// concrete device. Mkfs and Open set IOUnit (from MkfsOptions.IOUnit or the
+// header) and ReadOnly (from OpenOptions.ReadOnly) themselves. The zero
+// value gives directdev's defaults.
+type DeviceOptions = directdev.Options
+
+// DeviceOptions returns the options the data device was opened with,
+// defaults filled (its I/O unit included), and true, when it is a directdev
+// device, as Open makes it; otherwise (a device attached with Attach, such as
+// a memory device) the zero value and false.
+func (v *Volume) DeviceOptions() (DeviceOptions, bool) {
+	if d, ok := v.Dev.(*directdev.Device); ok {
+		return d.Options(), true
+	}
+	return DeviceOptions{}, false
+}
+
 // MkfsOptions configures Mkfs.
 type MkfsOptions struct {
 	// Size of the data image in bytes: at least MinSize and a multiple of
@@ -55,9 +75,9 @@ type MkfsOptions struct {
 	// Force overwrites an existing volume directory that is not in use.
 	// The default value is false.
 	Force bool
-	// Device configures how the data device is opened. The default value
-	// is the zero directdev.Options.
-	Device directdev.Options
+	// Device configures how the data device is opened; its IOUnit is
+	// IOUnit above. The default value is the zero DeviceOptions.
+	Device DeviceOptions
 }
 
 // Mkfs creates a volume directory dir.
@@ -228,9 +248,9 @@ type OpenOptions struct {
 	// The default value is false.
 	ReadOnly bool
 	// Device configures the data device (backend, buffered fallback); its
-	// IOUnit is taken from the header. The default value is the zero
-	// directdev.Options.
-	Device directdev.Options
+	// IOUnit is taken from the header and its ReadOnly from ReadOnly above.
+	// The default value is the zero DeviceOptions.
+	Device DeviceOptions
 }
 
 // Open opens the volume directory dir: it takes the lock, reads the header,

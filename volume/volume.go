@@ -98,10 +98,10 @@ func Format(dev device.Device, kv meta.KV, o FormatOptions) (*Header, error) {
 	}
 	buf := device.AlignedBuf(headerBytes)
 	copy(buf, h.Encode())
-	if err := dev.WriteAt(buf, 0); err != nil {
+	if err := device.WriteAt(dev, buf, 0); err != nil {
 		return nil, fmt.Errorf("writing the volume header: %w", err)
 	}
-	if err := dev.Flush(); err != nil {
+	if err := device.Flush(dev); err != nil {
 		return nil, fmt.Errorf("flushing the volume header: %w", err)
 	}
 	now := time.Now().UnixNano()
@@ -130,7 +130,7 @@ func Format(dev device.Device, kv meta.KV, o FormatOptions) (*Header, error) {
 // volume made of them. It does not take ownership of dev and kv on error.
 func Attach(dev device.Device, kv meta.KV) (*Volume, error) {
 	buf := device.AlignedBuf(dev.IOUnit())
-	if err := dev.ReadAt(buf, 0); err != nil {
+	if err := device.ReadAt(dev, buf, 0); err != nil {
 		return nil, fmt.Errorf("reading the volume header: %w", err)
 	}
 	h, err := DecodeHeader(buf)

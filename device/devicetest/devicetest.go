@@ -1,5 +1,8 @@
 // Package devicetest is a conformance suite for device.Device
-// implementations. Each implementation's tests call Run with a constructor.
+// implementations and wrappers. Each one's tests call Run with a
+// constructor. It drives devices through Submit and the synchronous helpers
+// of package device (ReadAt, WriteAt, Flush, Wait), which are all a Device
+// needs to support.
 package devicetest
 
 import (
@@ -24,17 +27,17 @@ func Run(t *testing.T, open func(t *testing.T, ioUnit int) device.Device) {
 		for i := range w {
 			w[i] = byte(i*7 + 1)
 		}
-		if err := d.WriteAt(w, int64(u)); err != nil {
+		if err := device.WriteAt(d, w, int64(u)); err != nil {
 			t.Fatal(err)
 		}
 		r := device.AlignedBuf(6 * u)
-		if err := d.ReadAt(r, 0); err != nil {
+		if err := device.ReadAt(d, r, 0); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(r[u:5*u], w) || !isZero(r[:u]) || !isZero(r[5*u:]) {
 			t.Fatal("read back differs from what was written")
 		}
-		if err := d.Flush(); err != nil {
+		if err := device.Flush(d); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -58,10 +61,10 @@ func Run(t *testing.T, open func(t *testing.T, ioUnit int) device.Device) {
 			{"empty", buf[:0], 0},
 		}
 		for _, c := range cases {
-			if err := d.ReadAt(c.p, c.off); !errors.Is(err, syscall.EINVAL) {
+			if err := device.ReadAt(d, c.p, c.off); !errors.Is(err, syscall.EINVAL) {
 				t.Errorf("%s: ReadAt err = %v, want EINVAL", c.name, err)
 			}
-			if err := d.WriteAt(c.p, c.off); !errors.Is(err, syscall.EINVAL) {
+			if err := device.WriteAt(d, c.p, c.off); !errors.Is(err, syscall.EINVAL) {
 				t.Errorf("%s: WriteAt err = %v, want EINVAL", c.name, err)
 			}
 		}
@@ -79,6 +82,26 @@ func Run(t *testing.T, open func(t *testing.T, ioUnit int) device.Device) {
 		}
 		mu.Unlock() // would deadlock above if Done ran inside Submit
 		<-done
+	})
+	t.Run("FlushRequest", func(t *testing.T) {
+		d := open(t, 512)
+		defer d.Close()
+		if err := device.WriteAt(d, device.AlignedBuf(512), 0); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		r := &device.Request{Op: device.OpFlush, Done: func(_ *device.Request, err error) { done <- err }}
+		if err := d.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// Wait clears the Done it set, so a reused request cannot
+		// complete into another caller's wait.
+		if err := device.Wait(d, r); err != nil || r.Done != nil {
+			t.Fatalf("Wait(flush) = %v, Done cleared %t", err, r.Done == nil)
+		}
 	})
 	t.Run("Concurrent", func(t *testing.T) {
 		d := open(t, 512)
@@ -104,13 +127,13 @@ func Run(t *testing.T, open func(t *testing.T, ioUnit int) device.Device) {
 						for i := range buf {
 							buf[i] = byte(rng.Uint32())
 						}
-						if err := d.WriteAt(buf, slot*4096); err != nil {
+						if err := device.WriteAt(d, buf, slot*4096); err != nil {
 							t.Error(err)
 							return
 						}
 						copy(model[slot*4096:], buf)
 					} else {
-						if err := d.ReadAt(buf, slot*4096); err != nil {
+						if err := device.ReadAt(d, buf, slot*4096); err != nil {
 							t.Error(err)
 							return
 						}
@@ -129,8 +152,11 @@ func Run(t *testing.T, open func(t *testing.T, ioUnit int) device.Device) {
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.ReadAt(device.AlignedBuf(512), 0); !errors.Is(err, device.ErrClosed) {
+		if err := device.ReadAt(d, device.AlignedBuf(512), 0); !errors.Is(err, device.ErrClosed) {
 			t.Fatalf("ReadAt after Close: %v, want ErrClosed", err)
+		}
+		if err := device.Flush(d); !errors.Is(err, device.ErrClosed) {
+			t.Fatalf("Flush after Close: %v, want ErrClosed", err)
 		}
 	})
 }

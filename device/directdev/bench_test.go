@@ -240,7 +240,7 @@ func benchSync(b *testing.B, d *Device, qd int) {
 			rng := rand.New(rand.NewPCG(uint64(g), 42))
 			buf := device.AlignedBuf(benchBlock)
 			for next.Add(1) <= int64(b.N) {
-				if err := d.ReadAt(buf, rng.Int64N(blocks)*benchBlock); err != nil {
+				if err := device.ReadAt(d, buf, rng.Int64N(blocks)*benchBlock); err != nil {
 					b.Error(err)
 					return
 				}
@@ -352,7 +352,7 @@ func runFor(d *Device, qd int, mode string, dur time.Duration) int64 {
 				rng := rand.New(rand.NewPCG(uint64(g), seed))
 				buf := device.AlignedBuf(benchBlock)
 				for !stop.Load() {
-					if err := d.ReadAt(buf, rng.Int64N(blocks)*benchBlock); err != nil {
+					if err := device.ReadAt(d, buf, rng.Int64N(blocks)*benchBlock); err != nil {
 						panic(err)
 					}
 					count.Add(1)

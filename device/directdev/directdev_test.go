@@ -146,7 +146,7 @@ func TestAutoFallback(t *testing.T) {
 	}
 	buf := device.AlignedBuf(4096)
 	buf[0] = 1
-	if err := d.WriteAt(buf, 8192); err != nil {
+	if err := device.WriteAt(d, buf, 8192); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Open(path, Options{Backend: Uring}); !errors.Is(err, unix.EPERM) {
@@ -217,14 +217,14 @@ func TestNoDirectIO(t *testing.T) {
 		}
 		w := device.AlignedBuf(4096)
 		copy(w, "buffered")
-		if err := d.WriteAt(w, 4096); err != nil {
+		if err := device.WriteAt(d, w, 4096); err != nil {
 			t.Fatal(err)
 		}
 		r := device.AlignedBuf(4096)
-		if err := d.ReadAt(r, 4096); err != nil || !bytes.Equal(r, w) {
+		if err := device.ReadAt(d, r, 4096); err != nil || !bytes.Equal(r, w) {
 			t.Errorf("%s: buffered round trip: %v", be, err)
 		}
-		if err := d.Flush(); err != nil {
+		if err := device.Flush(d); err != nil {
 			t.Error(err)
 		}
 	}
@@ -260,14 +260,14 @@ func TestBlockDevice(t *testing.T) {
 		for i := range w {
 			w[i] = byte(i) ^ byte(be)
 		}
-		if err := d.WriteAt(w, 4<<20-8192); err != nil {
+		if err := device.WriteAt(d, w, 4<<20-8192); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Flush(); err != nil {
+		if err := device.Flush(d); err != nil {
 			t.Fatal(err)
 		}
 		r := device.AlignedBuf(8192)
-		if err := d.ReadAt(r, 4<<20-8192); err != nil || !bytes.Equal(r, w) {
+		if err := device.ReadAt(d, r, 4<<20-8192); err != nil || !bytes.Equal(r, w) {
 			t.Errorf("%s: block device round trip: %v", be, err)
 		}
 		d.Close()
@@ -297,15 +297,15 @@ func TestErrors(t *testing.T) {
 
 			// A real errno: write through a read-only descriptor.
 			ro := openDev(t, path, Options{Backend: be, ReadOnly: true})
-			if err := ro.WriteAt(buf, 0); !errors.Is(err, syscall.EROFS) {
+			if err := device.WriteAt(ro, buf, 0); !errors.Is(err, syscall.EROFS) {
 				t.Errorf("write to a ReadOnly device: %v, want EROFS", err)
 			}
 			ro.readOnly = false // let the write reach the kernel
-			err = ro.WriteAt(buf, 4096)
+			err = device.WriteAt(ro, buf, 4096)
 			if !errors.Is(err, unix.EBADF) || !errors.As(err, &de) || de.Op != device.OpWrite || de.Off != 4096 || de.Len != 4096 {
 				t.Errorf("write to an O_RDONLY descriptor: %v, want *device.Error wrapping EBADF", err)
 			}
-			if err := ro.ReadAt(buf, 0); err != nil {
+			if err := device.ReadAt(ro, buf, 0); err != nil {
 				t.Errorf("read after a failed write: %v", err)
 			}
 
@@ -315,10 +315,10 @@ func TestErrors(t *testing.T) {
 			if err := os.Truncate(path, 512<<10+512); err != nil {
 				t.Fatal(err)
 			}
-			if err := d.ReadAt(buf, 768<<10); !errors.Is(err, unix.EIO) {
+			if err := device.ReadAt(d, buf, 768<<10); !errors.Is(err, unix.EIO) {
 				t.Errorf("read beyond EOF: %v, want EIO", err)
 			}
-			if err := d.ReadAt(buf, 512<<10); !errors.Is(err, unix.EIO) {
+			if err := device.ReadAt(d, buf, 512<<10); !errors.Is(err, unix.EIO) {
 				t.Errorf("read across EOF: %v, want EIO", err)
 			}
 			if be == Uring && d.Stats().ShortIOs == 0 {
@@ -330,9 +330,9 @@ func TestErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			for name, err := range map[string]error{
-				"ReadAt":  d.ReadAt(buf, 0),
-				"WriteAt": d.WriteAt(buf, 0),
-				"Flush":   d.Flush(),
+				"ReadAt":  device.ReadAt(d, buf, 0),
+				"WriteAt": device.WriteAt(d, buf, 0),
+				"Flush":   device.Flush(d),
 				"Close":   d.Close(),
 			} {
 				if !errors.Is(err, device.ErrClosed) {
@@ -477,7 +477,7 @@ func runRounds(t *testing.T, d *Device, rounds [][]op, seed uint64) [][]byte {
 		}
 	}
 	all := device.AlignedBuf(int(d.Size()))
-	if err := d.ReadAt(all, 0); err != nil {
+	if err := device.ReadAt(d, all, 0); err != nil {
 		t.Fatal(err)
 	}
 	return append(reads, all)
@@ -585,7 +585,7 @@ func TestBackPressure(t *testing.T) {
 			wg.Wait()
 			got := device.AlignedBuf(4096)
 			for i := range n {
-				if err := d.ReadAt(got, int64(i)*4096); err != nil || !bytes.Equal(got, bufs[i]) {
+				if err := device.ReadAt(d, got, int64(i)*4096); err != nil || !bytes.Equal(got, bufs[i]) {
 					t.Fatalf("block %d: %v / differs", i, err)
 				}
 			}
@@ -741,7 +741,7 @@ func TestBatchingUnderLoad(t *testing.T) {
 			defer wg.Done()
 			buf := device.AlignedBuf(4096)
 			for i := range 50 {
-				if err := d.ReadAt(buf, int64((g*50+i)%1024)*4096); err != nil {
+				if err := device.ReadAt(d, buf, int64((g*50+i)%1024)*4096); err != nil {
 					t.Error(err)
 					return
 				}
@@ -813,7 +813,7 @@ func TestString(t *testing.T) {
 	}
 }
 
-// TestAllocs checks that the hot paths do not allocate: ReadAt on both
+// TestAllocs checks that the hot paths do not allocate: device.ReadAt on both
 // backends, and Submit with a reused Request on io_uring.
 func TestAllocs(t *testing.T) {
 	if raceEnabled {
@@ -822,9 +822,9 @@ func TestAllocs(t *testing.T) {
 	for _, be := range backends {
 		d := openDev(t, newImage(t, 1<<20), Options{Backend: be})
 		buf := device.AlignedBuf(4096)
-		d.ReadAt(buf, 0) // warm the pools
+		device.ReadAt(d, buf, 0) // warm the pools
 		if n := testing.AllocsPerRun(200, func() {
-			if err := d.ReadAt(buf, 4096); err != nil {
+			if err := device.ReadAt(d, buf, 4096); err != nil {
 				t.Fatal(err)
 			}
 		}); n > 0 {

@@ -63,7 +63,7 @@ type Options struct {
 	// AllowBuffered lets Open fall back to buffered I/O (no O_DIRECT)
 	// when the file system refuses O_DIRECT, as ramfs and some FUSE and
 	// network file systems do. Buffered I/O goes through the page cache:
-	// every write is still made durable by Flush, but memory is used twice
+	// every write is still made durable by a flush, but memory is used twice
 	// and the timing of I/O is the kernel's. Without it, Open fails with an
 	// error wrapping ErrNoDirectIO. Device.Direct reports what was used.
 	//
@@ -92,9 +92,7 @@ type Options struct {
 	// PreadWorkers is the number of worker goroutines of the Pread backend,
 	// each with at most one pread/pwrite in flight: the queue depth of
 	// requests started with Submit, which blocks briefly once
-	// 2*PreadWorkers of them wait. ReadAt, WriteAt and Flush run their
-	// system call on the calling goroutine instead, at most PreadWorkers
-	// at once.
+	// 2*PreadWorkers of them wait.
 	//
 	// The default value is 64.
 	PreadWorkers int
@@ -141,6 +139,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("Backend %d is not Auto, Uring or Pread", int(o.Backend)))
 	}
 	if o.Rings < 1 || o.Rings > maxRings {
+		//lint:ignore ST1005 it names the field, as its neighbours do (staticcheck knows only type and function names)
 		errs = append(errs, fmt.Errorf("Rings %d is not in [1, %d]", o.Rings, maxRings))
 	}
 	if o.RingEntries < minRingEntries || o.RingEntries > maxRingEntries || o.RingEntries&(o.RingEntries-1) != 0 {

@@ -21,9 +21,6 @@ type preadBackend struct {
 	d       *Device
 	workers int
 	limit   int
-	// inline bounds the synchronous calls (ReadAt, WriteAt, Flush) that
-	// Device.inline runs on their callers' goroutines.
-	inline chan struct{}
 
 	mu struct {
 		sync.Mutex
@@ -47,8 +44,7 @@ type preadBackend struct {
 }
 
 func newPreadBackend(d *Device) *preadBackend {
-	b := &preadBackend{d: d, workers: d.opts.PreadWorkers, limit: 2 * d.opts.PreadWorkers,
-		inline: make(chan struct{}, d.opts.PreadWorkers)}
+	b := &preadBackend{d: d, workers: d.opts.PreadWorkers, limit: 2 * d.opts.PreadWorkers}
 	b.work.L = &b.mu
 	b.space.L = &b.mu
 	b.mu.queue = make([]*device.Request, 0, b.limit)

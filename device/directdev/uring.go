@@ -306,7 +306,7 @@ func (o *ringOwner) setup() error {
 // loop runs until stop was called and every request has completed.
 //
 // After calling Done callbacks the owner yields its P (runtime.Gosched): the
-// callbacks typically woke goroutines blocked in ReadAt or WriteAt, which the
+// callbacks typically woke goroutines blocked in device.ReadAt or WriteAt, which the
 // scheduler queued on the owner's P, and they should run (and submit their
 // next requests, which the owner then submits together) before the owner
 // blocks in io_uring_enter, a system call during which the P stays with the

@@ -20,7 +20,7 @@ func Example() {
 	fault := d.Inject(faultdev.OnNth(faultdev.Writes, 2))
 	p := device.AlignedBuf(4096)
 	for i := range 3 {
-		err := d.WriteAt(p, int64(i)*4096)
+		err := device.WriteAt(d, p, int64(i)*4096)
 		fmt.Printf("write %d: %v (EIO: %v)\n", i+1, err, errors.Is(err, syscall.EIO))
 	}
 	fault.Remove()

@@ -4,8 +4,8 @@
 //
 // # Pipeline
 //
-// Every request accepted by Submit (and ReadAt, WriteAt and Flush, which are
-// Submit plus device.Wait) passes through the same stages, in order:
+// Every request accepted by Submit (device.ReadAt, WriteAt and Flush are
+// Submit plus a wait) passes through the same stages, in order:
 //
 //  1. Validation: device.Check against the wrapper's size and I/O unit (those
 //     of the inner device), then the closed check. A request refused here
@@ -73,6 +73,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/device/internal/lifecycle"
 )
 
 // Device wraps an inner device.Device with injectors, latency, gates and
@@ -89,7 +90,7 @@ type Device struct {
 	// latency holds the Latency of each device.Op, or nil.
 	latency [device.OpFlush + 1]atomic.Pointer[latencyBox]
 
-	life  lifecycle
+	life  lifecycle.Tracker
 	stats counters
 
 	// mu serializes changes to injections and gates.
@@ -103,7 +104,6 @@ var _ device.Device = (*Device)(nil)
 // closes inner.
 func New(inner device.Device, injectors ...Injector) *Device {
 	d := &Device{inner: inner, size: inner.Size(), ioUnit: inner.IOUnit()}
-	d.life.init()
 	for _, inj := range injectors {
 		d.Inject(inj)
 	}
@@ -119,21 +119,6 @@ func (d *Device) Size() int64 { return d.size }
 
 // IOUnit returns the inner device's I/O unit.
 func (d *Device) IOUnit() int { return d.ioUnit }
-
-// ReadAt reads len(p) bytes at off into p, through the pipeline.
-func (d *Device) ReadAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpRead, Off: off, Buf: p})
-}
-
-// WriteAt writes p at off, through the pipeline.
-func (d *Device) WriteAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpWrite, Off: off, Buf: p})
-}
-
-// Flush flushes the inner device, through the pipeline.
-func (d *Device) Flush() error {
-	return device.Wait(d, &device.Request{Op: device.OpFlush})
-}
 
 // Inject installs inj after the injectors already installed, enabled, and
 // returns its handle.
@@ -210,7 +195,7 @@ func (d *Device) Submit(r *device.Request) error {
 	if err := device.Check(r, d.size, d.ioUnit); err != nil {
 		return err
 	}
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return device.NewError(r, device.ErrClosed)
 	}
 	st := &ioState{d: d, r: r, io: IO{Op: r.Op}}
@@ -303,19 +288,19 @@ func (st *ioState) finish(err error) {
 	if r.Done != nil {
 		r.Done(r, err)
 	}
-	st.d.life.exit()
+	st.d.life.Exit()
 }
 
 // Close releases every request held at a gate, waits for every submitted
 // request's Done to return, and closes the inner device.
 func (d *Device) Close() error {
-	if !d.life.shut() {
+	if !d.life.Shut() {
 		return fmt.Errorf("faultdev: close: %w", device.ErrClosed)
 	}
 	for _, g := range d.gateList() {
 		g.releaseAll()
 	}
-	d.life.wait()
+	d.life.Wait()
 	return d.inner.Close()
 }
 
@@ -374,47 +359,3 @@ func (u *uniform) Delay(IO) time.Duration {
 }
 
 func (u *uniform) String() string { return fmt.Sprintf("uniform [%v, %v]", u.lo, u.hi) }
-
-// lifecycle counts the requests between acceptance and the return of their
-// Done, and closes a device once.
-type lifecycle struct {
-	// state is the number of requests in flight, plus closedBit once
-	// closed.
-	state   atomic.Int64
-	drained chan struct{}
-	once    sync.Once
-}
-
-const closedBit = 1 << 62
-
-func (l *lifecycle) init() { l.drained = make(chan struct{}) }
-
-// enter admits one request, or returns false if the device is closed.
-func (l *lifecycle) enter() bool {
-	if l.state.Add(1)&closedBit != 0 {
-		l.exit()
-		return false
-	}
-	return true
-}
-
-// exit retires one request admitted by enter (or refused by it).
-func (l *lifecycle) exit() {
-	if l.state.Add(-1) == closedBit {
-		l.once.Do(func() { close(l.drained) })
-	}
-}
-
-func (l *lifecycle) closed() bool { return l.state.Load()&closedBit != 0 }
-
-// shut marks the device closed; it returns false if it already was.
-func (l *lifecycle) shut() bool {
-	s := l.state.Or(closedBit)
-	if s == 0 {
-		l.once.Do(func() { close(l.drained) })
-	}
-	return s&closedBit == 0
-}
-
-// wait waits, after shut, until no request is in flight.
-func (l *lifecycle) wait() { <-l.drained }

@@ -73,7 +73,7 @@ func mustErr(t *testing.T, err error, op device.Op, off int64, want error) {
 func TestOnNth(t *testing.T) {
 	d, m := newDev(t, faultdev.OnNth(faultdev.Writes, 3))
 	for i := range 5 {
-		err := d.WriteAt(buf(512, byte(i+1)), int64(i)*512)
+		err := device.WriteAt(d, buf(512, byte(i+1)), int64(i)*512)
 		if i == 2 {
 			mustErr(t, err, device.OpWrite, 1024, syscall.EIO)
 		} else if err != nil {
@@ -82,7 +82,7 @@ func TestOnNth(t *testing.T) {
 	}
 	// The failed write never reached the inner device.
 	got := device.AlignedBuf(5 * 512)
-	if err := m.ReadAt(got, 0); err != nil {
+	if err := device.ReadAt(m, got, 0); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
@@ -111,33 +111,33 @@ func TestOnRange(t *testing.T) {
 		off  int64
 		fail bool
 	}{{0, false}, {2048, true}, {4096, true}, {7680, true}, {8192, false}} {
-		err := d.ReadAt(p, c.off)
+		err := device.ReadAt(d, p, c.off)
 		if c.fail {
 			mustErr(t, err, device.OpRead, c.off, syscall.EIO)
 		} else if err != nil {
 			t.Fatalf("read at %d: %v", c.off, err)
 		}
-		err = d.WriteAt(p, c.off)
+		err = device.WriteAt(d, p, c.off)
 		if c.fail {
 			mustErr(t, err, device.OpWrite, c.off, syscall.EIO)
 		} else if err != nil {
 			t.Fatalf("write at %d: %v", c.off, err)
 		}
 	}
-	if err := d.Flush(); err != nil {
+	if err := device.Flush(d); err != nil {
 		t.Fatalf("flush: %v", err)
 	}
 }
 
 func TestOnOpsWithError(t *testing.T) {
 	d, _ := newDev(t, &faultdev.Fault{When: faultdev.Flushes, Err: syscall.ENOSPC})
-	if err := d.WriteAt(buf(512, 1), 0); err != nil {
+	if err := device.WriteAt(d, buf(512, 1), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.ReadAt(buf(512, 1), 0); err != nil {
+	if err := device.ReadAt(d, buf(512, 1), 0); err != nil {
 		t.Fatal(err)
 	}
-	mustErr(t, d.Flush(), device.OpFlush, 0, syscall.ENOSPC)
+	mustErr(t, device.Flush(d), device.OpFlush, 0, syscall.ENOSPC)
 	if s := d.Stats(); s.Flush.Injected != 1 || s.Write.Injected != 0 || s.Read.Injected != 0 {
 		t.Fatalf("stats: %v", s)
 	}
@@ -149,10 +149,10 @@ func TestRandomly(t *testing.T) {
 		p := buf(512, 1)
 		var fails []bool
 		for range 500 {
-			if err := d.ReadAt(p, 0); err != nil {
+			if err := device.ReadAt(d, p, 0); err != nil {
 				t.Fatalf("read failed: %v", err)
 			}
-			err := d.WriteAt(p, 0)
+			err := device.WriteAt(d, p, 0)
 			if err != nil && !errors.Is(err, syscall.EIO) {
 				t.Fatal(err)
 			}
@@ -184,7 +184,7 @@ func TestEnableDisableRemove(t *testing.T) {
 	inj := d.Inject(faultdev.OnOps(faultdev.Reads))
 	check := func(fail bool) {
 		t.Helper()
-		err := d.ReadAt(p, 0)
+		err := device.ReadAt(d, p, 0)
 		if fail != (err != nil) {
 			t.Fatalf("read err = %v, want failure %v (%v)", err, fail, inj)
 		}
@@ -215,9 +215,9 @@ func TestFirstErrorWins(t *testing.T) {
 	first := d.Inject(&faultdev.Fault{When: faultdev.Nth(1, faultdev.Writes), Err: syscall.ENOSPC})
 	second := d.Inject(faultdev.OnNth(faultdev.Writes, 2))
 	third := d.Inject(&faultdev.Fault{When: faultdev.Writes, Err: syscall.EROFS})
-	mustErr(t, d.WriteAt(buf(512, 1), 0), device.OpWrite, 0, syscall.ENOSPC)
-	mustErr(t, d.WriteAt(buf(512, 1), 0), device.OpWrite, 0, syscall.EIO)
-	mustErr(t, d.WriteAt(buf(512, 1), 0), device.OpWrite, 0, syscall.EROFS)
+	mustErr(t, device.WriteAt(d, buf(512, 1), 0), device.OpWrite, 0, syscall.ENOSPC)
+	mustErr(t, device.WriteAt(d, buf(512, 1), 0), device.OpWrite, 0, syscall.EIO)
+	mustErr(t, device.WriteAt(d, buf(512, 1), 0), device.OpWrite, 0, syscall.EROFS)
 	if first.Injected() != 1 || second.Injected() != 1 || third.Injected() != 1 {
 		t.Fatalf("injected: %v / %v / %v", first, second, third)
 	}
@@ -237,9 +237,9 @@ func (e *everyOther) String() string { return "every other I/O, after it" }
 func TestAfterIO(t *testing.T) {
 	d, m := newDev(t, &faultdev.Fault{When: faultdev.Writes, AfterIO: true, Err: syscall.ENOSPC})
 	w := buf(4096, 9)
-	mustErr(t, d.WriteAt(w, 8192), device.OpWrite, 8192, syscall.ENOSPC)
+	mustErr(t, device.WriteAt(d, w, 8192), device.OpWrite, 8192, syscall.ENOSPC)
 	got := device.AlignedBuf(4096)
-	if err := m.ReadAt(got, 8192); err != nil || !bytes.Equal(got, w) {
+	if err := device.ReadAt(m, got, 8192); err != nil || !bytes.Equal(got, w) {
 		t.Fatalf("write failed after the I/O did not reach the inner device: %v", err)
 	}
 	if s := d.Stats(); s.Write.Failed != 1 || s.Write.Injected != 1 || s.Write.Bytes != 0 {
@@ -248,22 +248,22 @@ func TestAfterIO(t *testing.T) {
 
 	d2, _ := newDev(t, &everyOther{})
 	clear(got)
-	if err := d2.Inner().WriteAt(w, 0); err != nil {
+	if err := device.WriteAt(d2.Inner(), w, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := d2.ReadAt(got, 0); err != nil {
+	if err := device.ReadAt(d2, got, 0); err != nil {
 		t.Fatal(err)
 	}
 	clear(got)
-	mustErr(t, d2.ReadAt(got, 0), device.OpRead, 0, syscall.EIO)
+	mustErr(t, device.ReadAt(d2, got, 0), device.OpRead, 0, syscall.EIO)
 	if !bytes.Equal(got, w) {
 		t.Fatal("read failed after the I/O did not fill the buffer")
 	}
 	// Flush: reaches the device (makes the write durable) yet fails.
-	if err := d2.WriteAt(w, 0); err != nil {
+	if err := device.WriteAt(d2, w, 0); err != nil {
 		t.Fatal(err)
 	}
-	mustErr(t, d2.Flush(), device.OpFlush, 0, syscall.EIO)
+	mustErr(t, device.Flush(d2), device.OpFlush, 0, syscall.EIO)
 	if n := len(d2.Inner().(*memdev.Device).Pending()); n != 0 {
 		t.Fatalf("flush failed after the I/O left %d writes pending", n)
 	}
@@ -338,7 +338,7 @@ func TestGateInFlight(t *testing.T) {
 		t.Fatalf("held %d; stats: %v", g.Held(), s)
 	}
 	// A write passes while the reads are held.
-	if err := d.WriteAt(buf(512, 1), 0); err != nil {
+	if err := device.WriteAt(d, buf(512, 1), 0); err != nil {
 		t.Fatal(err)
 	}
 	if s := d.Stats(); s.Write.Completed != 1 || s.MaxInFlight != n+1 || s.Read.MaxInFlight != n {
@@ -369,14 +369,14 @@ func TestGateMatchesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Writes elsewhere, reads of the held range and flushes pass.
-	if err := d.WriteAt(buf(4096, 2), 4096+2048); err != nil {
+	if err := device.WriteAt(d, buf(4096, 2), 4096+2048); err != nil {
 		t.Fatal(err)
 	}
 	r := device.AlignedBuf(512)
-	if err := d.ReadAt(r, 2048); err != nil || !bytes.Equal(r, make([]byte, 512)) {
+	if err := device.ReadAt(d, r, 2048); err != nil || !bytes.Equal(r, make([]byte, 512)) {
 		t.Fatalf("read of the held range: %v (held write visible: %v)", err, r[0] != 0)
 	}
-	if err := d.Flush(); err != nil {
+	if err := device.Flush(d); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -385,7 +385,7 @@ func TestGateMatchesOnly(t *testing.T) {
 	default:
 	}
 	inner := device.AlignedBuf(4096)
-	if err := m.ReadAt(inner, 2048); err != nil || !bytes.Equal(inner, make([]byte, 4096)) || g.Held() != 1 {
+	if err := device.ReadAt(m, inner, 2048); err != nil || !bytes.Equal(inner, make([]byte, 4096)) || g.Held() != 1 {
 		t.Fatalf("held %d; the held write reached the inner device (%v)", g.Held(), err)
 	}
 	g.Open()
@@ -393,7 +393,7 @@ func TestGateMatchesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Open: matching writes pass at once.
-	if err := d.WriteAt(buf(512, 3), 0); err != nil {
+	if err := device.WriteAt(d, buf(512, 3), 0); err != nil {
 		t.Fatal(err)
 	}
 	// Closed again: they are held.
@@ -407,7 +407,7 @@ func TestGateMatchesOnly(t *testing.T) {
 	if err := <-again; err != nil {
 		t.Fatal(err)
 	}
-	if err := d.WriteAt(buf(512, 5), 0); err != nil {
+	if err := device.WriteAt(d, buf(512, 5), 0); err != nil {
 		t.Fatal(err)
 	}
 	if len(d.Gates()) != 0 {
@@ -448,7 +448,7 @@ func TestGateReleaseOrderAndCredits(t *testing.T) {
 		t.Fatalf("released %d and %d, want 1 and 2", a, b)
 	}
 	for range 2 {
-		if err := d.WriteAt(buf(512, 9), 0); err != nil { // passes on a credit
+		if err := device.WriteAt(d, buf(512, 9), 0); err != nil { // passes on a credit
 			t.Fatal(err)
 		}
 	}
@@ -566,7 +566,7 @@ func TestLatency(t *testing.T) {
 		t.Fatalf("Submit took %v with a %v latency", el, delay)
 	}
 	// The write is in flight (delayed) while a read completes.
-	if err := d.ReadAt(buf(512, 1), 0); err != nil {
+	if err := device.ReadAt(d, buf(512, 1), 0); err != nil {
 		t.Fatal(err)
 	}
 	if s := d.Stats(); s.Write.InFlight != 1 || s.Read.Completed != 1 {
@@ -580,7 +580,7 @@ func TestLatency(t *testing.T) {
 	}
 	d.SetLatency(faultdev.Writes, nil)
 	start = time.Now()
-	if err := d.WriteAt(buf(512, 1), 0); err != nil {
+	if err := device.WriteAt(d, buf(512, 1), 0); err != nil {
 		t.Fatal(err)
 	}
 	if el := time.Since(start); el >= delay {
@@ -628,13 +628,13 @@ func TestCloseReleasesGates(t *testing.T) {
 			t.Fatal("Close returned before a request completed")
 		}
 	}
-	if err := d.WriteAt(buf(512, 1), 0); !errors.Is(err, device.ErrClosed) {
+	if err := device.WriteAt(d, buf(512, 1), 0); !errors.Is(err, device.ErrClosed) {
 		t.Fatalf("write after Close: %v", err)
 	}
 	if err := d.Close(); !errors.Is(err, device.ErrClosed) {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := m.ReadAt(device.AlignedBuf(512), 0); !errors.Is(err, device.ErrClosed) {
+	if err := device.ReadAt(m, device.AlignedBuf(512), 0); !errors.Is(err, device.ErrClosed) {
 		t.Fatalf("inner device still open: %v", err)
 	}
 }
@@ -643,7 +643,7 @@ func TestCloseReleasesGates(t *testing.T) {
 func TestInnerSubmitError(t *testing.T) {
 	d, m := newDev(t)
 	m.Close()
-	err := d.WriteAt(buf(512, 1), 0)
+	err := device.WriteAt(d, buf(512, 1), 0)
 	if !errors.Is(err, device.ErrClosed) {
 		t.Fatalf("err = %v, want ErrClosed", err)
 	}
@@ -654,7 +654,7 @@ func TestInnerSubmitError(t *testing.T) {
 
 func TestValidationNotCounted(t *testing.T) {
 	d, _ := newDev(t, faultdev.OnOps(faultdev.AnyOp))
-	if err := d.WriteAt(buf(100, 1), 0); !errors.Is(err, syscall.EINVAL) {
+	if err := device.WriteAt(d, buf(100, 1), 0); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("err = %v, want EINVAL", err)
 	}
 	if s := d.Stats(); s != (faultdev.Stats{}) {
@@ -732,11 +732,11 @@ func TestConcurrentReconfiguration(t *testing.T) {
 				var err error
 				switch i % 3 {
 				case 0:
-					err = d.WriteAt(p, off)
+					err = device.WriteAt(d, p, off)
 				case 1:
-					err = d.ReadAt(p, off)
+					err = device.ReadAt(d, p, off)
 				default:
-					err = d.Flush()
+					err = device.Flush(d)
 				}
 				if err != nil && !errors.Is(err, syscall.EIO) {
 					t.Error(err)
@@ -775,7 +775,7 @@ func BenchmarkParallel4KRead(b *testing.B) {
 		p := device.AlignedBuf(4096)
 		var off int64
 		for pb.Next() {
-			if err := d.ReadAt(p, off); err != nil {
+			if err := device.ReadAt(d, p, off); err != nil {
 				b.Fatal(err)
 			}
 			off = (off + 4096) % (64 << 20)

@@ -66,7 +66,7 @@ func (g *Gate) hold(st *ioState) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
-	case g.mu.open || g.mu.removed || g.d.life.closed():
+	case g.mu.open || g.mu.removed || g.d.life.Closed():
 		return false
 	case g.mu.credits > 0:
 		g.mu.credits--

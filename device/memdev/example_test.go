@@ -18,10 +18,10 @@ func Example() {
 
 	buf := device.AlignedBuf(512)
 	copy(buf, "flushed")
-	_ = d.WriteAt(buf, 0)
-	_ = d.Flush()
+	_ = device.WriteAt(d, buf, 0)
+	_ = device.Flush(d)
 	copy(buf, "unflushed")
-	_ = d.WriteAt(buf, 512)
+	_ = device.WriteAt(d, buf, 512)
 
 	for _, w := range d.Pending() {
 		fmt.Printf("pending: %d bytes at %d\n", len(w.Data), w.Off)
@@ -33,7 +33,7 @@ func Example() {
 	})
 	show := func(dev device.Device) {
 		p := device.AlignedBuf(1024)
-		_ = dev.ReadAt(p, 0)
+		_ = device.ReadAt(dev, p, 0)
 		fmt.Printf("%q %q\n", bytes.TrimRight(p[:512], "\x00"), bytes.TrimRight(p[512:], "\x00"))
 	}
 	show(d)
@@ -51,6 +51,6 @@ func Example() {
 
 func read(d device.Device) []byte {
 	p := device.AlignedBuf(int(d.Size()))
-	_ = d.ReadAt(p, 0)
+	_ = device.ReadAt(d, p, 0)
 	return p
 }

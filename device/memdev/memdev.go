@@ -78,6 +78,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/device/internal/lifecycle"
 )
 
 // SectorSize is the granularity of tearing: a crash keeps or loses each
@@ -125,7 +126,7 @@ type Device struct {
 	cur *image
 	// life counts the requests between Submit and the return of their Done,
 	// and says whether the device is closed.
-	life lifecycle
+	life lifecycle.Tracker
 
 	mu struct {
 		sync.Mutex
@@ -170,7 +171,6 @@ func New(size int64, opts Options) (*Device, error) {
 
 func newDevice(size int64, ioUnit int, cur, durable *image) *Device {
 	d := &Device{size: size, ioUnit: ioUnit, cur: cur}
-	d.life.init()
 	d.mu.durable = durable
 	return d
 }
@@ -181,29 +181,13 @@ func (d *Device) Size() int64 { return d.size }
 // IOUnit returns the device's I/O unit.
 func (d *Device) IOUnit() int { return d.ioUnit }
 
-// ReadAt reads len(p) bytes at off into p.
-func (d *Device) ReadAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpRead, Off: off, Buf: p})
-}
-
-// WriteAt writes p at off. The write is pending (lost or torn by a crash)
-// until a later Flush returns.
-func (d *Device) WriteAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpWrite, Off: off, Buf: p})
-}
-
-// Flush makes every write that completed before it was called durable.
-func (d *Device) Flush() error {
-	return device.Wait(d, &device.Request{Op: device.OpFlush})
-}
-
 // Submit starts r. A read or write is carried out before Submit returns;
 // Done runs later on a new goroutine.
 func (d *Device) Submit(r *device.Request) error {
 	if err := device.Check(r, d.size, d.ioUnit); err != nil {
 		return err
 	}
-	if !d.life.enter() {
+	if !d.life.Enter() {
 		return device.NewError(r, device.ErrClosed)
 	}
 	switch r.Op {
@@ -238,7 +222,7 @@ func (d *Device) complete(r *device.Request, err error) {
 	if r.Done != nil {
 		r.Done(r, err)
 	}
-	d.life.exit()
+	d.life.Exit()
 }
 
 func (d *Device) completeWrite(r *device.Request, e *logEntry) {
@@ -278,9 +262,10 @@ func (d *Device) applyLocked(es []*logEntry) {
 // Close waits for every submitted request's Done to return and closes the
 // device. Crash images may still be taken from a closed device.
 func (d *Device) Close() error {
-	if !d.life.close() {
+	if !d.life.Shut() {
 		return fmt.Errorf("memdev: close: %w", device.ErrClosed)
 	}
+	d.life.Wait()
 	return nil
 }
 
@@ -428,48 +413,4 @@ func (d *Device) crash(fate func(e *logEntry) Fate) *Device {
 		}
 	}
 	return newDevice(d.size, d.ioUnit, img, img.clone())
-}
-
-// lifecycle counts the requests in flight and closes a device once: after
-// close, enter fails, and close returns when the count reaches zero.
-type lifecycle struct {
-	// state is the number of requests in flight, plus closedBit once
-	// closed.
-	state   atomic.Int64
-	drained chan struct{}
-	once    sync.Once
-}
-
-const closedBit = 1 << 62
-
-func (l *lifecycle) init() { l.drained = make(chan struct{}) }
-
-// enter admits one request, or returns false if the device is closed.
-func (l *lifecycle) enter() bool {
-	if l.state.Add(1)&closedBit != 0 {
-		l.exit()
-		return false
-	}
-	return true
-}
-
-// exit retires one request admitted by enter (or refused by it).
-func (l *lifecycle) exit() {
-	if l.state.Add(-1) == closedBit {
-		l.once.Do(func() { close(l.drained) })
-	}
-}
-
-// close marks the device closed and waits for the requests in flight. It
-// returns false if the device was already closed.
-func (l *lifecycle) close() bool {
-	s := l.state.Or(closedBit)
-	if s&closedBit != 0 {
-		return false
-	}
-	if s == 0 {
-		l.once.Do(func() { close(l.drained) })
-	}
-	<-l.drained
-	return true
 }

@@ -88,7 +88,7 @@ func pattern(n int, tag byte) []byte {
 func readAll(t testing.TB, d device.Device, off int64, n int) []byte {
 	t.Helper()
 	p := device.AlignedBuf(n)
-	if err := d.ReadAt(p, off); err != nil {
+	if err := device.ReadAt(d, p, off); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -96,14 +96,14 @@ func readAll(t testing.TB, d device.Device, off int64, n int) []byte {
 
 func write(t testing.TB, d device.Device, p []byte, off int64) {
 	t.Helper()
-	if err := d.WriteAt(p, off); err != nil {
+	if err := device.WriteAt(d, p, off); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func flush(t testing.TB, d device.Device) {
 	t.Helper()
-	if err := d.Flush(); err != nil {
+	if err := device.Flush(d); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -401,17 +401,17 @@ func TestConcurrentCrash(t *testing.T) {
 				off := int64(rng.IntN(1<<20/8192)) * 8192
 				switch {
 				case i%7 == 0:
-					if err := d.Flush(); err != nil {
+					if err := device.Flush(d); err != nil {
 						t.Error(err)
 					}
 				case i%50 == 1:
 					d.CrashImage(uint64(i))
 				case i%2 == 0:
-					if err := d.ReadAt(buf, off); err != nil {
+					if err := device.ReadAt(d, buf, off); err != nil {
 						t.Error(err)
 					}
 				default:
-					if err := d.WriteAt(buf, off); err != nil {
+					if err := device.WriteAt(d, buf, off); err != nil {
 						t.Error(err)
 					}
 				}
@@ -442,11 +442,11 @@ func BenchmarkParallel4K(b *testing.B) {
 					off := int64(rng.IntN(64<<20/4096)) * 4096
 					var err error
 					if op == "read" {
-						err = d.ReadAt(buf, off)
+						err = device.ReadAt(d, buf, off)
 					} else {
-						err = d.WriteAt(buf, off)
+						err = device.WriteAt(d, buf, off)
 						if n++; n%64 == 0 {
-							err = d.Flush()
+							err = device.Flush(d)
 						}
 					}
 					if err != nil {

@@ -17,11 +17,11 @@ func TestSparse(t *testing.T) {
 	p := device.AlignedBuf(4096)
 	p[0], p[4095] = 1, 2
 	for _, off := range []int64{0, size / 2, size - 4096} {
-		if err := d.WriteAt(p, off); err != nil {
+		if err := device.WriteAt(d, p, off); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := d.Flush(); err != nil {
+	if err := device.Flush(d); err != nil {
 		t.Fatal(err)
 	}
 	if n := d.cur.allocated(); n != 3*chunkSize {
@@ -29,17 +29,17 @@ func TestSparse(t *testing.T) {
 	}
 	// A write straddling two chunks allocates both.
 	q := device.AlignedBuf(8192)
-	if err := d.WriteAt(q, 5*chunkSize-4096); err != nil {
+	if err := device.WriteAt(d, q, 5*chunkSize-4096); err != nil {
 		t.Fatal(err)
 	}
 	if n := d.cur.allocated(); n != 5*chunkSize {
 		t.Fatalf("after a straddling write: %d bytes allocated, want %d", n, 5*chunkSize)
 	}
 	r := device.AlignedBuf(4096)
-	if err := d.ReadAt(r, size-4096); err != nil || r[0] != 1 || r[4095] != 2 {
+	if err := device.ReadAt(d, r, size-4096); err != nil || r[0] != 1 || r[4095] != 2 {
 		t.Fatalf("read back at the end: %v %d %d", err, r[0], r[4095])
 	}
-	if err := d.ReadAt(r, size/4); err != nil || r[0] != 0 {
+	if err := device.ReadAt(d, r, size/4); err != nil || r[0] != 0 {
 		t.Fatalf("unwritten chunk: %v %d", err, r[0])
 	}
 	c := d.CrashImage(1)

@@ -46,18 +46,6 @@ func (f *flushFence) Submit(r *device.Request) error {
 	return nil
 }
 
-func (f *flushFence) ReadAt(p []byte, off int64) error {
-	return device.Wait(f, &device.Request{Op: device.OpRead, Off: off, Buf: p})
-}
-
-func (f *flushFence) WriteAt(p []byte, off int64) error {
-	return device.Wait(f, &device.Request{Op: device.OpWrite, Off: off, Buf: p})
-}
-
-func (f *flushFence) Flush() error {
-	return device.Wait(f, &device.Request{Op: device.OpFlush})
-}
-
 // hold stops flushes: it returns once none is in flight, and new ones wait
 // in Submit until release.
 func (f *flushFence) hold()    { f.mu.Lock() }

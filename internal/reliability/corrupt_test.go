@@ -171,7 +171,7 @@ func xorDevice(t testing.TB, mem *memdev.Device, off int64, x []byte) {
 	hi := (off + int64(len(x)) + 511) / 512 * 512
 	hi = min(hi, mem.Size())
 	buf := device.AlignedBuf(int(hi - lo))
-	if err := mem.ReadAt(buf, lo); err != nil {
+	if err := device.ReadAt(mem, buf, lo); err != nil {
 		t.Fatal(err)
 	}
 	for i, b := range x {
@@ -179,10 +179,10 @@ func xorDevice(t testing.TB, mem *memdev.Device, off int64, x []byte) {
 			buf[j] ^= b
 		}
 	}
-	if err := mem.WriteAt(buf, lo); err != nil {
+	if err := device.WriteAt(mem, buf, lo); err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Flush(); err != nil {
+	if err := device.Flush(mem); err != nil {
 		t.Fatal(err)
 	}
 }

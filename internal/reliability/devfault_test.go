@@ -324,7 +324,7 @@ func TestDeviceFaultFlush(t *testing.T) {
 }
 
 // TestDeviceFaultFlushIsNotForgotten: on a drive whose failed flush loses
-// its write cache (lossyDev: what device.Device.Flush documents), an fsync
+// its write cache (lossyDev: the device contract taken literally), an fsync
 // that follows a failed one may only succeed if the data is really on the
 // device. The blocks the file gets were a deleted file's, so the test also
 // sees whether a crash exposes that file's bytes (the engine promises

@@ -511,7 +511,7 @@ func findOnDevice(t testing.TB, mem device.Device, needle []byte) int64 {
 	const chunk = 1 << 20
 	buf := device.AlignedBuf(chunk)
 	for off := int64(0); off < mem.Size(); off += chunk {
-		if err := mem.ReadAt(buf, off); err != nil {
+		if err := device.ReadAt(mem, buf, off); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i+len(needle) <= chunk; i += 512 {

@@ -98,7 +98,7 @@ func (t *faultTxn) Commit(sync bool) error {
 // loses that cache: every write not yet durable when a flush fails
 // reverts to the durable contents, on the media and in what reads return.
 // It is the device.Device contract taken literally ("a write that
-// completed before a failed Flush must be redone before it can be trusted
+// completed before a failed flush must be redone before it can be trusted
 // durable"): a file system that reports a later fsync as successful
 // without rewriting the data is caught by reading the data back.
 //
@@ -126,16 +126,6 @@ func (d *lossyDev) Lost() int {
 	defer d.mu.Unlock()
 	return d.lost
 }
-
-func (d *lossyDev) ReadAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpRead, Off: off, Buf: p})
-}
-
-func (d *lossyDev) WriteAt(p []byte, off int64) error {
-	return device.Wait(d, &device.Request{Op: device.OpWrite, Off: off, Buf: p})
-}
-
-func (d *lossyDev) Flush() error { return device.Wait(d, &device.Request{Op: device.OpFlush}) }
 
 func (d *lossyDev) Submit(r *device.Request) error {
 	if r.Op == device.OpFlush {
@@ -167,10 +157,10 @@ func (d *lossyDev) loseCache() error {
 	defer durable.Close()
 	for _, w := range pending {
 		old := device.AlignedBuf(len(w.Data))
-		if err := durable.ReadAt(old, w.Off); err != nil {
+		if err := device.ReadAt(durable, old, w.Off); err != nil {
 			return err
 		}
-		if err := d.Device.WriteAt(old, w.Off); err != nil {
+		if err := device.WriteAt(d.Device, old, w.Off); err != nil {
 			return err
 		}
 	}
