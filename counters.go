@@ -26,7 +26,14 @@ type Counters struct {
 	LockExclSpace           atomic.Int64 // truncate, fallocate, punch
 	LockUpgrades            atomic.Int64 // shared dropped and retaken exclusive
 	UnalignedEAGAINRetries  atomic.Int64 // overwrite-only attempts that fell back
-	NoWaitEAGAIN            atomic.Int64 // EAGAIN returned to NOWAIT callers
+	NoWaitEAGAIN            atomic.Int64 // NOWAIT requests that gave up (fs.nowaitEAGAIN), by reason below
+	NoWaitLockBusy          atomic.Int64 // the I/O lock was not free
+	NoWaitNeedExclusive     atomic.Int64 // the write needed the lock exclusive
+	NoWaitDrain             atomic.Int64 // direct I/O in flight
+	NoWaitCachedPages       atomic.Int64 // pages in the range to write back or drop
+	NoWaitAllocate          atomic.Int64 // blocks to allocate
+	NoWaitSync              atomic.Int64 // an O_DSYNC write-through
+	NoWaitPageCache         atomic.Int64 // a page busy or to read, or no room in the cache
 	Drains                  atomic.Int64 // waits for in-flight direct I/O
 	DirectReads             atomic.Int64
 	DirectWrites            atomic.Int64
@@ -43,8 +50,14 @@ type Counters struct {
 	ConversionsPending      atomic.Int64
 	CacheReads              atomic.Int64 // device reads issued by the page cache
 	CacheReadsAvoided       atomic.Int64 // page reads the read-before-write rule skipped
+	RBWSkipFullWrite        atomic.Int64 // readBeforeWrite: no read, the write covers the page below EOF
+	RBWSkipPending          atomic.Int64 // readBeforeWrite: no read, the write extends a pending write
+	RBWSkipUnitAligned      atomic.Int64 // readBeforeWrite: no read, the write's ends are I/O-unit aligned
+	RBWReadClassic          atomic.Int64 // readBeforeWrite: read, classic policy
+	RBWReadPartial          atomic.Int64 // readBeforeWrite: read, a partial write with nothing pending
+	RBWReadIncompatible     atomic.Int64 // readBeforeWrite: read, a pending write this one cannot extend
 	CacheWritebackPages     atomic.Int64
-	CacheRMWUnitReads       atomic.Int64 // I/O-unit reads at writeback (block-granular devices)
+	CacheRMWUnitReads       atomic.Int64 // readBeforeWrite at writeback: I/O units read back (block-granular devices)
 	BufferedReads           atomic.Int64
 	BufferedWrites          atomic.Int64
 	ReadaheadPages          atomic.Int64
