@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/sluicefs/sluice/device"
@@ -113,7 +114,10 @@ func storeMax(m *atomic.Int64, v int64) {
 }
 
 // countingDevice wraps the data device to count I/Os and the depth in
-// flight, as the engine issues them.
+// flight, as the engine issues them. It is the engine's only handle for
+// data I/O (FS.dev) and the only place device requests are counted: every
+// read, write and flush of the engine goes through Submit (ReadAt, WriteAt
+// and Flush are Submit and a wait).
 type countingDevice struct {
 	device.Device
 	c *Counters
@@ -131,18 +135,40 @@ func (d *countingDevice) count(op device.Op) {
 	storeMax(&d.c.MaxDeviceInFlight, d.c.DeviceInFlight.Add(1))
 }
 
+// countedDone stands in for a request's Done while it is in flight, to
+// count its completion. Pooled, with its method value bound once, so that
+// counting allocates nothing per request.
+type countedDone struct {
+	c    *Counters
+	done func(*device.Request, error)
+	fn   func(*device.Request, error) // complete, bound once
+}
+
+var countedDonePool = sync.Pool{New: func() any { return new(countedDone) }}
+
+func (cd *countedDone) complete(r *device.Request, err error) {
+	c, done := cd.c, cd.done
+	cd.c, cd.done = nil, nil
+	countedDonePool.Put(cd)
+	c.DeviceInFlight.Add(-1)
+	r.Done = done
+	done(r, err)
+}
+
 // Submit counts r and submits it.
 func (d *countingDevice) Submit(r *device.Request) error {
 	d.count(r.Op)
-	done := r.Done
-	r.Done = func(r *device.Request, err error) {
-		d.c.DeviceInFlight.Add(-1)
-		r.Done = done
-		done(r, err)
+	cd := countedDonePool.Get().(*countedDone)
+	if cd.fn == nil {
+		cd.fn = cd.complete
 	}
+	cd.c, cd.done = d.c, r.Done
+	r.Done = cd.fn
 	if err := d.Device.Submit(r); err != nil {
+		r.Done = cd.done
+		cd.c, cd.done = nil, nil
+		countedDonePool.Put(cd)
 		d.c.DeviceInFlight.Add(-1)
-		r.Done = done
 		return err
 	}
 	return nil

@@ -188,8 +188,8 @@ func (in *inode) size() int64 {
 
 // ioBatch is a set of device requests that complete as one: once the
 // last of them completes, it calls its owner's batchDone (or, without an
-// owner, finish) once, with the first error. It counts the requests in
-// the engine's device counters itself, so it submits to the raw device.
+// owner, finish) once, with the first error. It submits through fs.dev,
+// which counts the requests.
 type ioBatch struct {
 	fs      *FS
 	pending atomic.Int32
@@ -232,18 +232,11 @@ func (b *ioBatch) add(op device.Op, buf []byte, off int64) {
 // submit starts every request; completion is reported once all have
 // completed. It must be called at most once, with at least one request.
 func (b *ioBatch) submit() {
-	c := &b.fs.counters
-	dev := b.fs.vol.Dev
+	dev := b.fs.dev
 	b.pending.Store(int32(len(b.reqs)))
 	for i := range b.reqs {
 		r := &b.reqs[i]
 		r.Done = b.doneFn
-		if r.Op == device.OpRead {
-			c.DeviceReads.Add(1)
-		} else {
-			c.DeviceWrites.Add(1)
-		}
-		storeMax(&c.MaxDeviceInFlight, c.DeviceInFlight.Add(1))
 		if err := dev.Submit(r); err != nil {
 			b.done(r, err)
 		}
@@ -251,7 +244,6 @@ func (b *ioBatch) submit() {
 }
 
 func (b *ioBatch) done(_ *device.Request, err error) {
-	b.fs.counters.DeviceInFlight.Add(-1)
 	if err != nil {
 		b.errMu.Lock()
 		if b.err == nil {
