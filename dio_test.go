@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicefs/sluice/device/faultdev"
 	"github.com/sluicefs/sluice/iolock"
+	"github.com/sluicefs/sluice/meta"
 )
 
 // The lock rules of the direct-I/O path (seeds 001 and 000), each observed
@@ -641,5 +642,81 @@ func TestDeviceCountersAreTheDevices(t *testing.T) {
 	}
 	if c["DeviceInFlight"] != 0 {
 		t.Fatalf("DeviceInFlight = %d with nothing in flight", c["DeviceInFlight"])
+	}
+}
+
+// persistedState returns the state the metadata records for file block blk
+// of in (Unwritten for a hole, too).
+func persistedState(t *testing.T, e *testEnv, in *inode, blk uint64) meta.ExtentState {
+	t.Helper()
+	state := meta.Unwritten
+	start, end := meta.ExtentPrefix(in.ino)
+	err := e.fs.kv.Scan(start, end, func(k, v []byte) error {
+		_, x, err := meta.DecodeExtent(k, v)
+		if err == nil && x.FileBlock <= blk && blk < x.FileBlock+x.Len {
+			state = x.State
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
+// TestConversionWaitsForSyncPoint: a direct write and a writeback into
+// unwritten blocks both convert them through convertWritten: written in
+// core at completion (reads see the data), recorded as written only by the
+// next sync point, after the device flush that made the data durable.
+func TestConversionWaitsForSyncPoint(t *testing.T) {
+	for _, how := range []string{"direct", "writeback"} {
+		t.Run(how, func(t *testing.T) {
+			e := policyEnv(t, Concurrent())
+			f := e.mustCreate("/f", O_DIRECT)
+			if err := f.Fallocate(0, 0, 2*4096); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.fs.SyncAll(); err != nil {
+				t.Fatal(err)
+			}
+			in := e.inode(f)
+			data := pattern(4096, 7)
+			if how == "direct" {
+				if _, err := f.WriteAt(data, 4096); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				b, err := e.fs.OpenFile("/f", O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				if _, err := b.WriteAt(data, 4096); err != nil {
+					t.Fatal(err)
+				}
+				if err := in.writeback(4096, 8192, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			flushes := e.fault.Stats().Flush.Submitted
+			if got := mustReadAll(t, f); !bytes.Equal(got[4096:], data) {
+				t.Fatal("the converted block does not read as the data")
+			}
+			if s := persistedState(t, e, in, 1); s != meta.Unwritten {
+				t.Fatalf("block 1 recorded %v before a sync point", s)
+			}
+			if err := e.fs.SyncAll(); err != nil {
+				t.Fatal(err)
+			}
+			if e.fault.Stats().Flush.Submitted == flushes {
+				t.Fatal("the sync point did not flush the device")
+			}
+			if s := persistedState(t, e, in, 1); s != meta.Written {
+				t.Fatalf("block 1 recorded %v after the sync point", s)
+			}
+			if s := persistedState(t, e, in, 0); s != meta.Unwritten {
+				t.Fatalf("block 0 (never written) recorded %v", s)
+			}
+		})
 	}
 }

@@ -283,19 +283,7 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 			release(err)
 			return
 		}
-		go func() {
-			in.mu.Lock()
-			cerr := fs.transact(func(t *txn) error {
-				epoch := fs.convEpoch.Load()
-				for _, r := range conv {
-					in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
-				}
-				return nil
-			})
-			in.mu.Unlock()
-			fs.markDirty(in)
-			release(cerr)
-		}()
+		go func() { release(in.convertWritten(conv, 0, false)) }()
 	}
 	b.submit()
 	return nil
