@@ -282,20 +282,25 @@ func TestUnalignedSpanningExtentsRetries(t *testing.T) {
 	}
 }
 
-// TestExtendingWritesRace: concurrent extending direct writes (all
-// starting within EOF, so under the shared lock) completing in reverse
-// order leave size = max end; the size never moves backward; a reader never
-// sees zeros inside the published size (conversion precedes the size
-// update). Every write puts the same bytes in a given block, so the
-// expected content does not depend on the order.
+// TestExtendingWritesRace: extending direct writes in flight together
+// (all starting within EOF, so under the shared lock) that complete in
+// reverse order of their ends (the largest first) leave size = max end:
+// the size never moves backward, and a reader never sees zeros inside the
+// published size (conversion precedes the size update). Every write puts
+// the same bytes in a given block, so the expected content does not depend
+// on the order. The order is exact: the writers start largest first, each
+// one's request held at the gate before the next starts, and Gate.Release
+// lets the oldest held request through first, one completion at a time.
 func TestExtendingWritesRace(t *testing.T) {
 	e := policyEnv(t, Concurrent())
 	f := e.mustCreate("/f", O_DIRECT)
 	const n = 6
 	blockData := func(blk int) []byte { return pattern(4096, byte(blk+1)) }
 	g := e.fault.NewGate(faultdev.Writes)
+	t.Cleanup(g.Open) // on failure, before the file system closes
+	in := e.inode(f)
 	var wg sync.WaitGroup
-	for i := range n {
+	for i := n - 1; i >= 0; i-- { // the largest write first
 		buf := pattern((i+1)*4096, 0)
 		for b := 0; b <= i; b++ {
 			copy(buf[b*4096:], blockData(b))
@@ -307,13 +312,14 @@ func TestExtendingWritesRace(t *testing.T) {
 				t.Error(err)
 			}
 		}()
+		started := n - i
+		waitFor(t, "the writer's request at the gate", func() bool {
+			return in.dio.InFlight() == started && g.Held() >= started
+		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// Each write's blocks may reach the device as one request or several;
-	// wait until every writer has submitted (all hold the in-flight count).
-	in := e.inode(f)
-	waitFor(t, "all writers to submit", func() bool { return in.dio.InFlight() == n })
+	if g.Held() != n {
+		t.Fatalf("%d requests held for %d writes: the completion order would not be exact", g.Held(), n)
+	}
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Add(1)
@@ -353,16 +359,19 @@ func TestExtendingWritesRace(t *testing.T) {
 			}
 		}
 	}()
-	// Release the held requests newest first, one at a time.
-	for g.Held() > 0 {
+	// Complete the writes largest first, each before the next is
+	// released; from the first on, the size is the maximum end.
+	for left := n - 1; left >= 0; left-- {
 		g.Release(1)
-		time.Sleep(200 * time.Microsecond)
+		waitFor(t, "the released write to complete", func() bool { return in.dio.InFlight() == left })
+		if got := in.size(); got != n*4096 {
+			t.Fatalf("size %d after %d of %d completions (largest first), want %d", got, n-left, n, n*4096)
+		}
 	}
 	g.Open()
 	wg.Wait()
 	close(stop)
 	sampler.Wait()
-	_ = ctx
 	if v := bad.Load(); v != nil {
 		t.Fatal(v)
 	}
