@@ -565,9 +565,14 @@ func TestNoWaitMatrix(t *testing.T) {
 		size := in.size()
 		allocated := e.fs.counters.BlocksAllocated.Load()
 		writes := e.fault.Stats().Write.Submitted
+		eagains := e.fs.counters.NoWaitEAGAIN.Load()
 		n, err := fn()
 		if !errors.Is(err, syscall.EAGAIN) || n != 0 {
 			t.Fatalf("%s: got %d, %v; want EAGAIN", what, n, err)
+		}
+		// Each NOWAIT EAGAIN is counted exactly once (FS.nowaitEAGAIN).
+		if got := e.fs.counters.NoWaitEAGAIN.Load() - eagains; got != 1 {
+			t.Fatalf("%s: NoWaitEAGAIN moved by %d, want 1", what, got)
 		}
 		if in.size() != size || e.fs.counters.BlocksAllocated.Load() != allocated || e.fault.Stats().Write.Submitted != writes {
 			t.Fatalf("%s: EAGAIN left a trace", what)
@@ -602,6 +607,7 @@ func TestNoWaitMatrix(t *testing.T) {
 	expectEAGAIN("direct read over dirty pages", func() (int, error) { return f.Pread(buf, 0, RWFNoWait) })
 	// A buffered write that needs a read of its page first.
 	expectEAGAIN("buffered partial write of an uncached page", func() (int, error) { return bf.Pwrite(buf[:100], 2*4096+10, RWFNoWait) })
+	expectEAGAIN("buffered O_DSYNC write", func() (int, error) { return bf.Pwrite(buf[:100], 10, RWFNoWait|RWFDsync) })
 	// Cached pages in the range of a direct write (their invalidation
 	// could wait for a page lock): EAGAIN.
 	expectEAGAIN("direct write over cached pages", func() (int, error) { return f.Pwrite(buf, 2*4096, RWFNoWait) })

@@ -144,9 +144,11 @@ const (
 
 // nowaitEAGAIN is the one way a NOWAIT request gives up (RWF_NOWAIT, or the
 // ring's inline attempt): it counts the decision and its reason and
-// returns syscall.EAGAIN, which callers return unwrapped and before any
-// side effect. Every EAGAIN the engine returns comes from here, except the
-// internal errNeedExclusive signal of the overwrite-only attempt.
+// returns syscall.EAGAIN, which callers return unwrapped, before any side
+// effect (a buffered read or write that already copied bytes returns the
+// short count instead). Every EAGAIN the engine returns comes from here;
+// the overwrite-only attempt's own fallback is errNeedExclusive, which
+// never leaves the engine.
 func (fs *FS) nowaitEAGAIN(why nowaitReason) error {
 	c := &fs.counters
 	c.NoWaitEAGAIN.Add(1)
