@@ -190,9 +190,10 @@
 //
 // Lock.Stats counts grants, contended requests, TryLock failures, demotes and
 // abandoned LockContext calls per mode; DIO has InFlight, a high-water mark
-// (Max, ResetMax) and Underflows. The engine exports them as counters and
-// tests assert on them (for example "this sub-block overwrite took no
-// Exclusive lock"). Reading them never waits for a holder of the lock.
+// (Max, ResetMax) and Underflows. Tests assert on them (the engine's
+// TestLockModes checks each operation's grants and demotes against the table
+// above); the engine counts its own lock decisions separately, in its
+// Counters. Reading them never waits for a holder of the lock.
 // Lock.Waiters lets a test know that a goroutine is blocked in Lock, instead
 // of sleeping and hoping; Lock.Holders serves "Preconditions:" assertions.
 //
