@@ -49,24 +49,32 @@ const (
 	rbwPartial       // a partial write of a page with nothing pending
 	rbwIncompatible  // a pending write that this one cannot extend into one contiguous valid range
 	rbwUnitNotCached // writeback of a device I/O unit that cached bytes do not wholly cover
+	rbwZeroPartUnit  // zeroing on the device only part of an I/O unit (truncate, punch, EOF tail)
+)
+
+// rbwKind says what a write for readBeforeWrite is.
+type rbwKind uint8
+
+const (
+	rbwPageWrite rbwKind = iota // a buffered write into a cached page
+	rbwWriteback                // the write of a dirty device I/O unit at writeback
+	rbwZeroing                  // zeroing part of a written block in place on the device
 )
 
 // read reports whether the decision is to read the old bytes first.
 func (r rbwReason) read() bool { return r >= rbwClassic }
 
 // rbwWrite describes a write for readBeforeWrite: bytes [from, to) of a
-// page, or, at writeback, a whole device I/O unit.
+// page, or whole device I/O units (writeback, zeroing).
 type rbwWrite struct {
-	uptodate bool // every byte of the page (or unit) is cached
+	kind     rbwKind
+	uptodate bool // every byte of the page (or units) is known: cached, or supplied by the write
 	pending  bool // a write of the page is pending (dirty), holding bytes [vf, vt)
 	vf, vt   int
 	from, to int // the bytes this write supplies
 	pglen    int // bytes of the page below EOF (0: the page is wholly past EOF)
 	pageSize int
 	ioUnit   int // the device's I/O unit
-	// writeback says the write is a device I/O unit at writeback: the
-	// device takes whole units, so every byte must be known.
-	writeback bool
 }
 
 // readBeforeWrite is the read-before-write rule (seed 004, the NFS
@@ -80,15 +88,19 @@ type rbwWrite struct {
 // incompatible request instead). Even then, a write whose ends fall on
 // the device's I/O unit (when it is smaller than a page) is not read
 // around: writeback can write its units alone. Classic policy (before the
-// fix): every write to a page that is not uptodate reads it first. At
-// writeback (w.writeback), a dirty device I/O unit that the cached bytes
-// do not wholly cover is read back first, whatever the policy.
+// fix): every write to a page that is not uptodate reads it first.
+//
+// The device takes whole I/O units, so a write that goes to the device
+// (writeback of a dirty unit, zeroing part of a block in place) reads the
+// unit first, whatever the policy, unless every byte of it is known.
 func readBeforeWrite(pol Policy, w rbwWrite) rbwReason {
 	switch {
 	case w.uptodate:
 		return rbwUptodate
-	case w.writeback:
+	case w.kind == rbwWriteback:
 		return rbwUnitNotCached
+	case w.kind == rbwZeroing:
+		return rbwZeroPartUnit
 	case !pol.SkipFullPageRMW:
 		return rbwClassic
 	case w.pglen == 0 || w.from == 0 && w.to >= w.pglen:
@@ -121,8 +133,10 @@ func (fs *FS) countRBW(why rbwReason) {
 		c.RBWReadIncompatible.Add(1)
 	case rbwUnitNotCached:
 		c.CacheRMWUnitReads.Add(1)
+	case rbwZeroPartUnit:
+		c.RBWReadZeroUnit.Add(1)
 	}
-	if why != rbwUptodate && !why.read() {
+	if why == rbwFullWrite || why == rbwPending || why == rbwUnitAligned {
 		c.CacheReadsAvoided.Add(1) // classic would have read
 	}
 }

@@ -118,6 +118,34 @@ func TestReadBeforeWriteRule(t *testing.T) {
 	}
 }
 
+// TestReadBeforeZeroing: zeroing part of a written block in place (here a
+// truncate into the middle of an I/O unit) reads that unit first, so the
+// bytes before the new EOF in the same unit survive; a cut on a unit
+// boundary reads nothing.
+func TestReadBeforeZeroing(t *testing.T) {
+	for _, c := range []struct {
+		size  int64
+		reads int64
+	}{{4096 + 1000, 1}, {4096 + 1024, 0}} {
+		e := policyEnv(t, Concurrent())
+		f, data := e.prewrite("/f", 2*4096, 3)
+		e.fs.ResetCounters()
+		if err := f.Truncate(c.size); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.fs.Counters()["RBWReadZeroUnit"]; got != c.reads {
+			t.Fatalf("truncate to %d: %d unit reads before zeroing, want %d", c.size, got, c.reads)
+		}
+		if err := f.Truncate(2 * 4096); err != nil {
+			t.Fatal(err)
+		}
+		want := append(bytes.Clone(data[:c.size]), make([]byte, 2*4096-c.size)...)
+		if got := mustReadAll(t, f); !bytes.Equal(got, want) {
+			t.Fatalf("truncate to %d and back: the kept bytes or the zeros are wrong", c.size)
+		}
+	}
+}
+
 // TestLargeUnitWriteback: on a device whose I/O unit (64 KiB) is larger
 // than a page, a sequential full-page overwrite reads nothing back at
 // writeback (each unit is fully dirty), while a lone partial page makes

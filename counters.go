@@ -57,6 +57,7 @@ type Counters struct {
 	RBWReadClassic          atomic.Int64 // readBeforeWrite: read, classic policy
 	RBWReadPartial          atomic.Int64 // readBeforeWrite: read, a partial write with nothing pending
 	RBWReadIncompatible     atomic.Int64 // readBeforeWrite: read, a pending write this one cannot extend
+	RBWReadZeroUnit         atomic.Int64 // readBeforeWrite: I/O units read before zeroing part of them on the device
 	CacheWritebackPages     atomic.Int64
 	CacheRMWUnitReads       atomic.Int64 // readBeforeWrite at writeback: I/O units read back (block-granular devices)
 	BufferedReads           atomic.Int64

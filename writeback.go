@@ -309,7 +309,7 @@ func (in *inode) planWritten(b *ioBatch, bounce []byte, blk uint64, lo, hi, dev 
 		if !isDirty[c] {
 			continue
 		}
-		why := readBeforeWrite(fs.policy, rbwWrite{uptodate: spansCover(covered, ulo, ulo+u), writeback: true})
+		why := readBeforeWrite(fs.policy, rbwWrite{kind: rbwWriteback, uptodate: spansCover(covered, ulo, ulo+u)})
 		if !why.read() {
 			continue
 		}
