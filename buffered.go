@@ -52,6 +52,9 @@ const (
 	rbwZeroPartUnit  // zeroing on the device only part of an I/O unit (truncate, punch, EOF tail)
 )
 
+// read reports whether the decision is to read the old bytes first.
+func (r rbwReason) read() bool { return r >= rbwClassic }
+
 // rbwKind says what a write for readBeforeWrite is.
 type rbwKind uint8
 
@@ -60,9 +63,6 @@ const (
 	rbwWriteback                // the write of a dirty device I/O unit at writeback
 	rbwZeroing                  // zeroing part of a written block in place on the device
 )
-
-// read reports whether the decision is to read the old bytes first.
-func (r rbwReason) read() bool { return r >= rbwClassic }
 
 // rbwWrite describes a write for readBeforeWrite: bytes [from, to) of a
 // page, or whole device I/O units (writeback, zeroing).
