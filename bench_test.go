@@ -101,7 +101,7 @@ func BenchmarkRandRead4K32(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer f.Close()
-	bufs := sync.Pool{New: func() any { return device.AlignedBuf(4096) }}
+	bufs := sync.Pool{New: func() any { b := device.AlignedBuf(4096); return &b }}
 	const blocks = (1 << 30) / 4096
 	// The device reads go to the very blocks the file occupies (the image
 	// is sparse: reading elsewhere would read host-file holes, which cost
@@ -121,15 +121,15 @@ func BenchmarkRandRead4K32(b *testing.B) {
 	}
 	f.in.mu.Unlock()
 	engineRead := func(rng *rand.Rand) error {
-		buf := bufs.Get().([]byte)
+		buf := bufs.Get().(*[]byte)
 		defer bufs.Put(buf)
-		_, err := f.ReadAt(buf, int64(rng.IntN(blocks))*4096)
+		_, err := f.ReadAt(*buf, int64(rng.IntN(blocks))*4096)
 		return err
 	}
 	deviceRead := func(rng *rand.Rand) error {
-		buf := bufs.Get().([]byte)
+		buf := bufs.Get().(*[]byte)
 		defer bufs.Put(buf)
-		return device.ReadAt(dev, buf, devOff[rng.IntN(len(devOff))])
+		return device.ReadAt(dev, *buf, devOff[rng.IntN(len(devOff))])
 	}
 	// Alternate short slices so that machine noise hits both alike; report
 	// medians.

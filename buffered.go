@@ -1,8 +1,6 @@
 package sluice
 
 import (
-	"syscall"
-
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/internal/lockrank"
@@ -35,30 +33,111 @@ func (in *inode) pageLen(idx uint64, size int64) int {
 	return int(min(ps, size-start))
 }
 
-// needReadBeforeWrite is the read-before-write rule of seed 004, shared by
-// every buffered write: a write of bytes [from, to) of page p reads the old
-// page first only if p is not uptodate, no write of p is pending, and the
-// write does not cover every byte of the page below EOF (pglen of them; a
-// page wholly past EOF has none, so needs no read). Even then, a write
-// whose ends fall on the device's I/O unit (ioUnit, when it is smaller
-// than a page) leaves the rest of the page unread: writeback can write its
-// units alone. Classic policy (before the fix): every write to a page that
-// is not uptodate reads it first.
-func needReadBeforeWrite(pol Policy, p *pagecache.Page, from, to, pglen, ioUnit int) bool {
-	if p.Uptodate() {
-		return false
+// rbwReason is readBeforeWrite's answer: whether the old bytes are read
+// before a write, and why.
+type rbwReason uint8
+
+const (
+	// No read.
+	rbwUptodate    rbwReason = iota // every byte is cached already
+	rbwFullWrite                    // the write covers every byte of the page below EOF (or the page is wholly past EOF): the page becomes uptodate
+	rbwPending                      // a write of the page is pending and this one extends its valid bytes contiguously
+	rbwUnitAligned                  // the write's ends fall on the device's I/O unit (smaller than a page): writeback writes those units alone
+	// Read first.
+	rbwClassic       // classic policy (SkipFullPageRMW off): every page that is not uptodate
+	rbwPartial       // a partial write of a page with nothing pending
+	rbwIncompatible  // a pending write that this one cannot extend into one contiguous valid range
+	rbwUnitNotCached // writeback of a device I/O unit that cached bytes do not wholly cover
+	rbwZeroPartUnit  // zeroing on the device only part of an I/O unit (truncate, punch, EOF tail)
+)
+
+// read reports whether the decision is to read the old bytes first.
+func (r rbwReason) read() bool { return r >= rbwClassic }
+
+// rbwKind says what a write for readBeforeWrite is.
+type rbwKind uint8
+
+const (
+	rbwPageWrite rbwKind = iota // a buffered write into a cached page
+	rbwWriteback                // the write of a dirty device I/O unit at writeback
+	rbwZeroing                  // zeroing part of a written block in place on the device
+)
+
+// rbwWrite describes a write for readBeforeWrite: bytes [from, to) of a
+// page, or whole device I/O units (writeback, zeroing).
+type rbwWrite struct {
+	kind     rbwKind
+	uptodate bool // every byte of the page (or units) is known: cached, or supplied by the write
+	pending  bool // a write of the page is pending (dirty), holding bytes [vf, vt)
+	vf, vt   int
+	from, to int // the bytes this write supplies
+	pglen    int // bytes of the page below EOF (0: the page is wholly past EOF)
+	pageSize int
+	ioUnit   int // the device's I/O unit
+}
+
+// readBeforeWrite is the read-before-write rule (seed 004, the NFS
+// client's nfs_want_read_modify_write and its 2019 fix), the only place
+// the engine decides to read old data before writing over part of it. A
+// buffered write of bytes [from, to) of a page reads the old page first
+// only if the page is not uptodate, the write does not cover every byte of
+// the page below EOF, and no write of the page is already pending (unless
+// the two cannot form one contiguous valid range: the pagecache keeps one
+// per page, so the page is read; the NFS client flushes such an
+// incompatible request instead). Even then, a write whose ends fall on
+// the device's I/O unit (when it is smaller than a page) is not read
+// around: writeback can write its units alone. Classic policy (before the
+// fix): every write to a page that is not uptodate reads it first.
+//
+// The device takes whole I/O units, so a write that goes to the device
+// (writeback of a dirty unit, zeroing part of a block in place) reads the
+// unit first, whatever the policy, unless every byte of it is known.
+func readBeforeWrite(pol Policy, w rbwWrite) rbwReason {
+	switch {
+	case w.uptodate:
+		return rbwUptodate
+	case w.kind == rbwWriteback:
+		return rbwUnitNotCached
+	case w.kind == rbwZeroing:
+		return rbwZeroPartUnit
+	case !pol.SkipFullPageRMW:
+		return rbwClassic
+	case w.pglen == 0 || w.from == 0 && w.to >= w.pglen:
+		return rbwFullWrite
+	case w.pending && (w.to < w.vf || w.from > w.vt):
+		return rbwIncompatible
+	case w.pending:
+		return rbwPending
+	case w.ioUnit < w.pageSize && w.from%w.ioUnit == 0 && (w.to%w.ioUnit == 0 || w.to >= w.pglen):
+		return rbwUnitAligned
 	}
-	if !pol.SkipFullPageRMW {
-		return true
+	return rbwPartial
+}
+
+// countRBW counts a read-before-write decision.
+func (fs *FS) countRBW(why rbwReason) {
+	c := &fs.counters
+	switch why {
+	case rbwFullWrite:
+		c.RBWSkipFullWrite.Add(1)
+	case rbwPending:
+		c.RBWSkipPending.Add(1)
+	case rbwUnitAligned:
+		c.RBWSkipUnitAligned.Add(1)
+	case rbwClassic:
+		c.RBWReadClassic.Add(1)
+	case rbwPartial:
+		c.RBWReadPartial.Add(1)
+	case rbwIncompatible:
+		c.RBWReadIncompatible.Add(1)
+	case rbwUnitNotCached:
+		c.CacheRMWUnitReads.Add(1)
+	case rbwZeroPartUnit:
+		c.RBWReadZeroUnit.Add(1)
 	}
-	if p.WritePending() {
-		return false
+	if why == rbwFullWrite || why == rbwPending || why == rbwUnitAligned {
+		c.CacheReadsAvoided.Add(1) // classic would have read
 	}
-	if pglen == 0 || from == 0 && to >= pglen {
-		return false
-	}
-	unitAligned := ioUnit < len(p.Data) && from%ioUnit == 0 && (to%ioUnit == 0 || to >= pglen)
-	return !unitAligned
 }
 
 // bufferedWrite copies the caller's bytes into the page cache (the
@@ -73,20 +152,19 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 	}
 	if k.nowait && k.dsync {
 		// The write-through and the sync would block.
-		return 0, syscall.EAGAIN
+		return 0, fs.nowaitEAGAIN(nwSync)
 	}
 	if !k.nowait {
 		fs.cache.ThrottleDirty()
 	}
-	if !in.lockIO(iolock.Exclusive, k.nowait) {
-		return 0, syscall.EAGAIN
+	if err := in.lockIO(iolock.Exclusive, k.nowait); err != nil {
+		return 0, err
 	}
 	fs.counters.LockExclBuffered.Add(1)
 	fs.counters.BufferedWrites.Add(1)
 	if k.nowait && in.dio.InFlight() > 0 {
 		in.io.Unlock(iolock.Exclusive)
-		fs.counters.NoWaitEAGAIN.Add(1)
-		return 0, syscall.EAGAIN
+		return 0, fs.nowaitEAGAIN(nwDrain)
 	}
 	in.drain()
 	if _, err := in.writeChecks(k, iolock.Exclusive); err != nil {
@@ -153,7 +231,7 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, no
 		p, created, err := in.pages.GetOrCreate(idx, nowait)
 		if err != nil {
 			if err == pagecache.ErrNoRoom && nowait {
-				return syscall.EAGAIN
+				return in.fs.nowaitEAGAIN(nwCacheFull)
 			}
 			return eio(err)
 		}
@@ -161,7 +239,7 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, no
 			if nowait {
 				if !p.TryLock() {
 					in.pages.Release(p)
-					return syscall.EAGAIN
+					return in.fs.nowaitEAGAIN(nwPageBusy)
 				}
 			} else {
 				p.Lock()
@@ -182,40 +260,31 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, no
 // writePageLocked is writePage with page p locked.
 func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, size int64, nowait bool) error {
 	fs := in.fs
-	pglen := in.pageLen(p.Index, size)
-	if !p.Uptodate() && p.WritePending() {
-		// A pending partial write that this one cannot extend into one
-		// contiguous valid range: read the rest of the page in (keeping
-		// the pending bytes), so the page becomes uptodate. (The NFS
-		// client flushes such an incompatible request instead; a read
-		// keeps writeback out of the buffered write path.)
-		vf, vt := p.Valid()
-		if to < vf || from > vt {
-			if nowait {
-				return syscall.EAGAIN
-			}
-			if err := in.readPageLocked(p, size); err != nil {
-				return err
-			}
-		}
-	}
-	if needReadBeforeWrite(fs.policy, p, from, to, pglen, int(fs.ioUnit)) {
+	vf, vt := p.Valid()
+	why := readBeforeWrite(fs.policy, rbwWrite{
+		uptodate: p.Uptodate(), pending: p.WritePending(), vf: vf, vt: vt,
+		from: from, to: to, pglen: in.pageLen(p.Index, size),
+		pageSize: len(p.Data), ioUnit: int(fs.ioUnit),
+	})
+	fs.countRBW(why)
+	if why.read() {
 		if nowait {
-			return syscall.EAGAIN
+			return fs.nowaitEAGAIN(nwPageRead)
 		}
+		// The pending bytes, if any, are kept; the page becomes uptodate.
 		if err := in.readPageLocked(p, size); err != nil {
 			return err
 		}
-	} else if !p.Uptodate() {
-		fs.counters.CacheReadsAvoided.Add(1) // classic would have read
 	}
 	if !p.Uptodate() {
-		// Bytes outside the write that are past EOF are zero; if that
-		// leaves every byte known, the page is uptodate.
-		if vf, vt := p.Valid(); vf == vt {
+		// A page that holds nothing yet is zeroed (page buffers are
+		// recycled uncleared).
+		if vf == vt {
 			clear(p.Data)
 		}
-		if pglen == 0 || from == 0 && to >= pglen {
+		if why == rbwFullWrite {
+			// Bytes outside the write are past EOF, so zero: every byte
+			// is known and the page is uptodate (nfs_write_end).
 			clear(p.Data[:from])
 			clear(p.Data[to:])
 			copy(p.Data[from:to], data)
@@ -408,8 +477,8 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 	if len(k.buf) == 0 {
 		return 0, nil
 	}
-	if !in.lockIO(iolock.Shared, k.nowait) {
-		return 0, syscall.EAGAIN
+	if err := in.lockIO(iolock.Shared, k.nowait); err != nil {
+		return 0, err
 	}
 	defer in.io.Unlock(iolock.Shared)
 	fs.counters.LockSharedBufferedRead.Add(1)
@@ -476,7 +545,7 @@ func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, size, copied int6
 			if copied > 0 {
 				return int(copied), nil, false
 			}
-			return 0, syscall.EAGAIN, false
+			return 0, in.fs.nowaitEAGAIN(nwPageBusy), false
 		}
 		p.WaitUnlocked()
 	}
@@ -501,7 +570,7 @@ func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, size, copied int6
 		if copied > 0 {
 			return int(copied), nil, false
 		}
-		return 0, syscall.EAGAIN, false
+		return 0, in.fs.nowaitEAGAIN(nwPageRead), false
 	}
 	p.Lock()
 	if !p.Removed() && !p.Uptodate() {
@@ -559,7 +628,7 @@ func (in *inode) readahead(idx, last uint64, size int64, nowait bool) (*pagecach
 			if i == idx {
 				if err == pagecache.ErrNoRoom {
 					if nowait {
-						return nil, syscall.EAGAIN
+						return nil, fs.nowaitEAGAIN(nwCacheFull)
 					}
 					return nil, eio(err)
 				}

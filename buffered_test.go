@@ -47,19 +47,26 @@ func TestReadBeforeWriteRule(t *testing.T) {
 		size       int // file size before the write
 		off, n     int // the buffered write
 		twice      bool
-		concurrent int64 // device reads under the concurrent policy
-		classic    int64
+		gap        int    // between the first write and the second (twice)
+		concurrent int64  // device reads under the concurrent policy
+		classic    int64  // device reads under the classic policy
+		why        string // the counter of readBeforeWrite's reason under concurrent
 	}{
-		{name: "full page overwrite", ioUnit: 4096, size: 4 * ps, off: ps, n: ps, concurrent: 0, classic: 1},
-		{name: "covers every byte below EOF of the last page", ioUnit: 4096, size: 2*ps + 1000, off: 2 * ps, n: 1000, concurrent: 0, classic: 1},
-		{name: "from page start to past EOF", ioUnit: 4096, size: 2*ps + 1000, off: 2 * ps, n: 3000, concurrent: 0, classic: 1},
-		{name: "page wholly past EOF", ioUnit: 4096, size: 2 * ps, off: 3*ps + 100, n: 100, concurrent: 0, classic: 0},
-		{name: "partial overwrite, 4 KiB unit", ioUnit: 4096, size: 4 * ps, off: ps + 100, n: 200, concurrent: 1, classic: 1},
-		{name: "partial overwrite, 512 B unit", ioUnit: 512, size: 4 * ps, off: ps + 100, n: 200, concurrent: 1, classic: 1},
-		{name: "sector-aligned partial overwrite, 512 B unit", ioUnit: 512, size: 4 * ps, off: ps + 512, n: 1024, concurrent: 0, classic: 1},
+		{name: "full page overwrite", ioUnit: 4096, size: 4 * ps, off: ps, n: ps, concurrent: 0, classic: 1, why: "RBWSkipFullWrite"},
+		{name: "covers every byte below EOF of the last page", ioUnit: 4096, size: 2*ps + 1000, off: 2 * ps, n: 1000, concurrent: 0, classic: 1, why: "RBWSkipFullWrite"},
+		{name: "from page start to past EOF", ioUnit: 4096, size: 2*ps + 1000, off: 2 * ps, n: 3000, concurrent: 0, classic: 1, why: "RBWSkipFullWrite"},
+		// Past EOF, classic reads the page too, but its block is a hole:
+		// zeros, without a device read.
+		{name: "page wholly past EOF", ioUnit: 4096, size: 2 * ps, off: 3*ps + 100, n: 100, concurrent: 0, classic: 0, why: "RBWSkipFullWrite"},
+		{name: "partial overwrite, 4 KiB unit", ioUnit: 4096, size: 4 * ps, off: ps + 100, n: 200, concurrent: 1, classic: 1, why: "RBWReadPartial"},
+		{name: "partial overwrite, 512 B unit", ioUnit: 512, size: 4 * ps, off: ps + 100, n: 200, concurrent: 1, classic: 1, why: "RBWReadPartial"},
+		{name: "sector-aligned partial overwrite, 512 B unit", ioUnit: 512, size: 4 * ps, off: ps + 512, n: 1024, concurrent: 0, classic: 1, why: "RBWSkipUnitAligned"},
 		// The first write leaves a pending partial page (512 B unit);
 		// the second, unaligned, finds the write pending: no read.
-		{name: "partial write to a page with a pending write", ioUnit: 512, size: 4 * ps, off: ps + 512, n: 1024, twice: true, concurrent: 0, classic: 1},
+		{name: "partial write to a page with a pending write", ioUnit: 512, size: 4 * ps, off: ps + 512, n: 1024, twice: true, concurrent: 0, classic: 1, why: "RBWSkipPending"},
+		// ... unless the two cannot form one contiguous valid range: then
+		// the page is read in, keeping the pending bytes.
+		{name: "write apart from a pending write", ioUnit: 512, size: 4 * ps, off: ps + 512, n: 1024, twice: true, gap: 100, concurrent: 1, classic: 1, why: "RBWReadIncompatible"},
 	}
 	for _, pol := range []Policy{Concurrent(), Classic()} {
 		for _, c := range cases {
@@ -72,7 +79,7 @@ func TestReadBeforeWriteRule(t *testing.T) {
 					// The page now has a pending write (not uptodate
 					// under concurrent, uptodate under classic):
 					// another partial write next to it reads nothing.
-					if _, err := f.WriteAt(pattern(50, 10), int64(c.off+c.n)); err != nil {
+					if _, err := f.WriteAt(pattern(50, 10), int64(c.off+c.n+c.gap)); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -80,8 +87,12 @@ func TestReadBeforeWriteRule(t *testing.T) {
 				if !pol.SkipFullPageRMW {
 					want = c.classic
 				}
-				if got := e.fs.Counters()["CacheReads"]; got != want {
+				cv := e.fs.Counters()
+				if got := cv["CacheReads"]; got != want {
 					t.Fatalf("%d device reads, want %d", got, want)
+				}
+				if pol.SkipFullPageRMW && cv[c.why] == 0 {
+					t.Fatalf("readBeforeWrite did not decide %s: %v", c.why, cv)
 				}
 				// Whatever was read or not, the file is right.
 				model := pattern(c.size, 1)
@@ -90,8 +101,8 @@ func TestReadBeforeWriteRule(t *testing.T) {
 				}
 				copy(model[c.off:], pattern(c.n, 9))
 				if c.twice {
-					model = append(model, make([]byte, max(0, c.off+c.n+50-len(model)))...)
-					copy(model[c.off+c.n:], pattern(50, 10))
+					model = append(model, make([]byte, max(0, c.off+c.n+c.gap+50-len(model)))...)
+					copy(model[c.off+c.n+c.gap:], pattern(50, 10))
 				}
 				if got := mustReadAll(t, f); !bytes.Equal(got, model) {
 					t.Fatal("file differs from the model")
@@ -103,6 +114,34 @@ func TestReadBeforeWriteRule(t *testing.T) {
 					t.Fatal("file differs from the model after writeback")
 				}
 			})
+		}
+	}
+}
+
+// TestReadBeforeZeroing: zeroing part of a written block in place (here a
+// truncate into the middle of an I/O unit) reads that unit first, so the
+// bytes before the new EOF in the same unit survive; a cut on a unit
+// boundary reads nothing.
+func TestReadBeforeZeroing(t *testing.T) {
+	for _, c := range []struct {
+		size  int64
+		reads int64
+	}{{4096 + 1000, 1}, {4096 + 1024, 0}} {
+		e := policyEnv(t, Concurrent())
+		f, data := e.prewrite("/f", 2*4096, 3)
+		e.fs.ResetCounters()
+		if err := f.Truncate(c.size); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.fs.Counters()["RBWReadZeroUnit"]; got != c.reads {
+			t.Fatalf("truncate to %d: %d unit reads before zeroing, want %d", c.size, got, c.reads)
+		}
+		if err := f.Truncate(2 * 4096); err != nil {
+			t.Fatal(err)
+		}
+		want := append(bytes.Clone(data[:c.size]), make([]byte, 2*4096-c.size)...)
+		if got := mustReadAll(t, f); !bytes.Equal(got, want) {
+			t.Fatalf("truncate to %d and back: the kept bytes or the zeros are wrong", c.size)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/sluicefs/sluice/device"
@@ -26,7 +27,14 @@ type Counters struct {
 	LockExclSpace           atomic.Int64 // truncate, fallocate, punch
 	LockUpgrades            atomic.Int64 // shared dropped and retaken exclusive
 	UnalignedEAGAINRetries  atomic.Int64 // overwrite-only attempts that fell back
-	NoWaitEAGAIN            atomic.Int64 // EAGAIN returned to NOWAIT callers
+	NoWaitEAGAIN            atomic.Int64 // NOWAIT requests that gave up (fs.nowaitEAGAIN), by reason below
+	NoWaitLockBusy          atomic.Int64 // the I/O lock was not free
+	NoWaitNeedExclusive     atomic.Int64 // the write needed the lock exclusive
+	NoWaitDrain             atomic.Int64 // direct I/O in flight
+	NoWaitCachedPages       atomic.Int64 // pages in the range to write back or drop
+	NoWaitAllocate          atomic.Int64 // blocks to allocate
+	NoWaitSync              atomic.Int64 // an O_DSYNC write-through
+	NoWaitPageCache         atomic.Int64 // a page busy or to read, or no room in the cache
 	Drains                  atomic.Int64 // waits for in-flight direct I/O
 	DirectReads             atomic.Int64
 	DirectWrites            atomic.Int64
@@ -43,8 +51,15 @@ type Counters struct {
 	ConversionsPending      atomic.Int64
 	CacheReads              atomic.Int64 // device reads issued by the page cache
 	CacheReadsAvoided       atomic.Int64 // page reads the read-before-write rule skipped
+	RBWSkipFullWrite        atomic.Int64 // readBeforeWrite: no read, the write covers the page below EOF
+	RBWSkipPending          atomic.Int64 // readBeforeWrite: no read, the write extends a pending write
+	RBWSkipUnitAligned      atomic.Int64 // readBeforeWrite: no read, the write's ends are I/O-unit aligned
+	RBWReadClassic          atomic.Int64 // readBeforeWrite: read, classic policy
+	RBWReadPartial          atomic.Int64 // readBeforeWrite: read, a partial write with nothing pending
+	RBWReadIncompatible     atomic.Int64 // readBeforeWrite: read, a pending write this one cannot extend
+	RBWReadZeroUnit         atomic.Int64 // readBeforeWrite: I/O units read before zeroing part of them on the device
 	CacheWritebackPages     atomic.Int64
-	CacheRMWUnitReads       atomic.Int64 // I/O-unit reads at writeback (block-granular devices)
+	CacheRMWUnitReads       atomic.Int64 // readBeforeWrite at writeback: I/O units read back (block-granular devices)
 	BufferedReads           atomic.Int64
 	BufferedWrites          atomic.Int64
 	ReadaheadPages          atomic.Int64
@@ -100,7 +115,10 @@ func storeMax(m *atomic.Int64, v int64) {
 }
 
 // countingDevice wraps the data device to count I/Os and the depth in
-// flight, as the engine issues them.
+// flight, as the engine issues them. It is the engine's only handle for
+// data I/O (FS.dev) and the only place device requests are counted: every
+// read, write and flush of the engine goes through Submit (ReadAt, WriteAt
+// and Flush are Submit and a wait).
 type countingDevice struct {
 	device.Device
 	c *Counters
@@ -118,18 +136,40 @@ func (d *countingDevice) count(op device.Op) {
 	storeMax(&d.c.MaxDeviceInFlight, d.c.DeviceInFlight.Add(1))
 }
 
+// countedDone stands in for a request's Done while it is in flight, to
+// count its completion. Pooled, with its method value bound once, so that
+// counting allocates nothing per request.
+type countedDone struct {
+	c    *Counters
+	done func(*device.Request, error)
+	fn   func(*device.Request, error) // complete, bound once
+}
+
+var countedDonePool = sync.Pool{New: func() any { return new(countedDone) }}
+
+func (cd *countedDone) complete(r *device.Request, err error) {
+	c, done := cd.c, cd.done
+	cd.c, cd.done = nil, nil
+	countedDonePool.Put(cd)
+	c.DeviceInFlight.Add(-1)
+	r.Done = done
+	done(r, err)
+}
+
 // Submit counts r and submits it.
 func (d *countingDevice) Submit(r *device.Request) error {
 	d.count(r.Op)
-	done := r.Done
-	r.Done = func(r *device.Request, err error) {
-		d.c.DeviceInFlight.Add(-1)
-		r.Done = done
-		done(r, err)
+	cd := countedDonePool.Get().(*countedDone)
+	if cd.fn == nil {
+		cd.fn = cd.complete
 	}
+	cd.c, cd.done = d.c, r.Done
+	r.Done = cd.fn
 	if err := d.Device.Submit(r); err != nil {
+		r.Done = cd.done
+		cd.c, cd.done = nil, nil
+		countedDonePool.Put(cd)
 		d.c.DeviceInFlight.Add(-1)
-		r.Done = done
 		return err
 	}
 	return nil

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"errors"
 	"syscall"
 
 	"github.com/sluicefs/sluice/device"
@@ -57,8 +58,8 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 	misaligned := fs.checkDirect(k.buf, k.off)
 	fs.counters.DirectReads.Add(1)
 	if fs.policy.SharedDirectReads {
-		if !in.lockIO(iolock.Shared, k.nowait) {
-			return 0, syscall.EAGAIN
+		if err := in.lockIO(iolock.Shared, k.nowait); err != nil {
+			return 0, err
 		}
 		fs.counters.LockSharedDirectRead.Add(1)
 		if err := in.writebackRange(k.off, k.off+int64(len(k.buf)), k.nowait); err != nil {
@@ -66,14 +67,17 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 			return 0, err
 		}
 	} else {
-		if !in.lockIO(iolock.Exclusive, k.nowait) {
-			return 0, syscall.EAGAIN
+		if err := in.lockIO(iolock.Exclusive, k.nowait); err != nil {
+			return 0, err
 		}
 		fs.counters.LockExclDirectRead.Add(1)
-		if k.nowait && (in.dio.InFlight() > 0 || in.cachedInRange(0, maxFileSize)) {
+		if k.nowait && in.dio.InFlight() > 0 {
 			in.io.Unlock(iolock.Exclusive)
-			fs.counters.NoWaitEAGAIN.Add(1)
-			return 0, syscall.EAGAIN
+			return 0, fs.nowaitEAGAIN(nwDrain)
+		}
+		if k.nowait && in.cachedInRange(0, maxFileSize) {
+			in.io.Unlock(iolock.Exclusive)
+			return 0, fs.nowaitEAGAIN(nwCachedPages)
 		}
 		in.drain()
 		if err := in.invalidateRange(0, maxFileSize); err != nil {
@@ -192,8 +196,8 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 	if k.append {
 		mode = iolock.Exclusive
 	}
-	if !in.lockIO(mode, k.nowait) {
-		return 0, syscall.EAGAIN
+	if err := in.lockIO(mode, k.nowait); err != nil {
+		return 0, err
 	}
 	mode, err := in.writeChecks(k, mode)
 	if err != nil {
@@ -220,8 +224,8 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 // Concurrent policy: a write that lies within EOF first runs under the
 // shared lock in overwrite-only mode: if its range is not covered by one
 // written extent (so that it would allocate, convert an unwritten extent or
-// zero part of a block) it fails with EAGAIN before doing anything, then
-// retries exclusive, drains in-flight direct I/O and completes
+// zero part of a block) it fails (errNeedExclusive, the kernel's -EAGAIN)
+// before doing anything, then retries exclusive, drains in-flight direct I/O and completes
 // synchronously. A write that extends the file or touches its EOF block
 // goes exclusive at once. Classic policy: every sub-block write is
 // exclusive + drain + synchronous. NOWAIT callers get EAGAIN wherever the
@@ -233,17 +237,18 @@ func (in *inode) directWriteUnaligned(k *kiocb) (int, error) {
 		end := k.off + int64(len(k.buf))
 		if k.off <= size && end < size {
 			n, err := in.directWriteOverwriteOnly(k)
-			if err != syscall.EAGAIN || k.nowait {
+			if err != errNeedExclusive {
 				return n, err
+			}
+			if k.nowait {
+				return 0, fs.nowaitEAGAIN(nwSubBlockExcl)
 			}
 			fs.counters.UnalignedEAGAINRetries.Add(1)
 		} else if k.nowait {
-			fs.counters.NoWaitEAGAIN.Add(1)
-			return 0, syscall.EAGAIN
+			return 0, fs.nowaitEAGAIN(nwSubBlockExcl)
 		}
 	} else if k.nowait {
-		fs.counters.NoWaitEAGAIN.Add(1)
-		return 0, syscall.EAGAIN
+		return 0, fs.nowaitEAGAIN(nwSubBlockExcl)
 	}
 	// The exclusive route.
 	in.io.Lock(iolock.Exclusive)
@@ -260,13 +265,19 @@ func (in *inode) directWriteUnaligned(k *kiocb) (int, error) {
 	return in.submitDirectWrite(k, iolock.Exclusive, true)
 }
 
+// errNeedExclusive is the overwrite-only attempt's answer (the kernel's
+// -EAGAIN from IOMAP_DIO_OVERWRITE_ONLY): the write must take the exclusive
+// route. It never leaves the engine: directWriteUnaligned retries exclusive,
+// or turns it into the NOWAIT EAGAIN.
+var errNeedExclusive = errors.New("sluice: sub-block write needs the exclusive route")
+
 // directWriteOverwriteOnly is the optimistic shared attempt of a sub-block
-// write (IOMAP_DIO_OVERWRITE_ONLY): EAGAIN, with nothing done, unless the
-// range lies within EOF and inside one written extent.
+// write (IOMAP_DIO_OVERWRITE_ONLY): errNeedExclusive, with nothing done,
+// unless the range lies within EOF and inside one written extent.
 func (in *inode) directWriteOverwriteOnly(k *kiocb) (int, error) {
 	fs := in.fs
-	if !in.lockIO(iolock.Shared, k.nowait) {
-		return 0, syscall.EAGAIN
+	if err := in.lockIO(iolock.Shared, k.nowait); err != nil {
+		return 0, err
 	}
 	fs.counters.LockSharedUnaligned.Add(1)
 	mode, err := in.writeChecks(k, iolock.Shared)
@@ -292,7 +303,7 @@ func (in *inode) directWriteOverwriteOnly(k *kiocb) (int, error) {
 	in.mu.Unlock()
 	if !ok {
 		in.io.Unlock(mode)
-		return 0, syscall.EAGAIN
+		return 0, errNeedExclusive
 	}
 	return in.submitDirectWrite(k, mode, mode == iolock.Exclusive)
 }
@@ -322,8 +333,7 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 		}
 		needExcl := k.off > size || strip
 		if needExcl && k.nowait {
-			fs.counters.NoWaitEAGAIN.Add(1)
-			return mode, syscall.EAGAIN
+			return mode, fs.nowaitEAGAIN(nwNeedExclusive)
 		}
 		if needExcl && mode == iolock.Shared {
 			in.io.Unlock(iolock.Shared)
@@ -381,8 +391,7 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 		// Invalidating cached pages may wait for their locks or their
 		// writeback (kiocb_invalidate_pages gives -EAGAIN under NOWAIT).
 		in.io.Unlock(mode)
-		fs.counters.NoWaitEAGAIN.Add(1)
-		return 0, syscall.EAGAIN
+		return 0, fs.nowaitEAGAIN(nwCachedPages)
 	}
 	if err := in.invalidateRange(k.off, end); err != nil {
 		in.io.Unlock(mode)
@@ -415,27 +424,8 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 // racing the write must not keep stale pages), then end the in-flight
 // count. The caller then syncs for O_DSYNC.
 func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, extends bool, err error) {
-	fs := in.fs
 	if err == nil && (len(conv) > 0 || extends) {
-		in.mu.Lock()
-		cerr := fs.transact(func(t *txn) error {
-			epoch := fs.convEpoch.Load()
-			for _, r := range conv {
-				in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
-			}
-			if uint64(end) > in.attr.Size {
-				in.attr.Size = uint64(end) // never shrinks: racing completions leave the max
-			}
-			t.putInode(&in.attr)
-			in.attrDirty = false
-			return nil
-		})
-		pending := in.ext.Pending()
-		in.mu.Unlock()
-		if pending {
-			fs.markDirty(in)
-		}
-		if cerr != nil {
+		if cerr := in.convertWritten(conv, end, true); cerr != nil {
 			err = cerr
 		}
 	}
@@ -447,6 +437,41 @@ func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, extends boo
 
 // fileRange is a run of file blocks.
 type fileRange struct{ first, n uint64 }
+
+// convertWritten is the one place unwritten extents become written, once
+// the device holds their data (a direct write's completion, a writeback's):
+// the ranges conv are converted in core at once, so reads see the data,
+// stamped with the current conversion epoch, so that their records say
+// written only after the sync point whose device flush made the data
+// durable (extmap epochs; see the package doc's Durability). The extent
+// records it commits, in one transaction, still say unwritten; with
+// publish, the same transaction raises the size to end (never shrinking:
+// racing completions leave the largest end) and records the inode. The
+// inode joins the dirty set while conversions are pending.
+func (in *inode) convertWritten(conv []fileRange, end int64, publish bool) error {
+	fs := in.fs
+	in.mu.Lock()
+	err := fs.transact(func(t *txn) error {
+		epoch := fs.convEpoch.Load()
+		for _, r := range conv {
+			in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
+		}
+		if publish {
+			if uint64(end) > in.attr.Size {
+				in.attr.Size = uint64(end)
+			}
+			t.putInode(&in.attr)
+			in.attrDirty = false
+		}
+		return nil
+	})
+	pending := in.ext != nil && in.ext.Pending()
+	in.mu.Unlock()
+	if pending {
+		fs.markDirty(in)
+	}
+	return err
+}
 
 // planWrite maps the byte range [off, off+len(buf)) for a direct write and
 // adds the device writes to op's batch. Holes are allocated first, as unwritten
@@ -478,8 +503,7 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool) ([]fil
 	if holes {
 		if nowait {
 			in.mu.Unlock()
-			fs.counters.NoWaitEAGAIN.Add(1)
-			return nil, syscall.EAGAIN
+			return nil, fs.nowaitEAGAIN(nwAllocate)
 		}
 		err := fs.transact(func(t *txn) error { return in.allocateLocked(t, first, nb, 0) })
 		if err != nil {

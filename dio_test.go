@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicefs/sluice/device/faultdev"
 	"github.com/sluicefs/sluice/iolock"
+	"github.com/sluicefs/sluice/meta"
 )
 
 // The lock rules of the direct-I/O path (seeds 001 and 000), each observed
@@ -281,20 +282,25 @@ func TestUnalignedSpanningExtentsRetries(t *testing.T) {
 	}
 }
 
-// TestExtendingWritesRace: concurrent extending direct writes (all
-// starting within EOF, so under the shared lock) completing in reverse
-// order leave size = max end; the size never moves backward; a reader never
-// sees zeros inside the published size (conversion precedes the size
-// update). Every write puts the same bytes in a given block, so the
-// expected content does not depend on the order.
+// TestExtendingWritesRace: extending direct writes in flight together
+// (all starting within EOF, so under the shared lock) that complete in
+// reverse order of their ends (the largest first) leave size = max end:
+// the size never moves backward, and a reader never sees zeros inside the
+// published size (conversion precedes the size update). Every write puts
+// the same bytes in a given block, so the expected content does not depend
+// on the order. The order is exact: the writers start largest first, each
+// one's request held at the gate before the next starts, and Gate.Release
+// lets the oldest held request through first, one completion at a time.
 func TestExtendingWritesRace(t *testing.T) {
 	e := policyEnv(t, Concurrent())
 	f := e.mustCreate("/f", O_DIRECT)
 	const n = 6
 	blockData := func(blk int) []byte { return pattern(4096, byte(blk+1)) }
 	g := e.fault.NewGate(faultdev.Writes)
+	t.Cleanup(g.Open) // on failure, before the file system closes
+	in := e.inode(f)
 	var wg sync.WaitGroup
-	for i := range n {
+	for i := n - 1; i >= 0; i-- { // the largest write first
 		buf := pattern((i+1)*4096, 0)
 		for b := 0; b <= i; b++ {
 			copy(buf[b*4096:], blockData(b))
@@ -306,13 +312,14 @@ func TestExtendingWritesRace(t *testing.T) {
 				t.Error(err)
 			}
 		}()
+		started := n - i
+		waitFor(t, "the writer's request at the gate", func() bool {
+			return in.dio.InFlight() == started && g.Held() >= started
+		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	// Each write's blocks may reach the device as one request or several;
-	// wait until every writer has submitted (all hold the in-flight count).
-	in := e.inode(f)
-	waitFor(t, "all writers to submit", func() bool { return in.dio.InFlight() == n })
+	if g.Held() != n {
+		t.Fatalf("%d requests held for %d writes: the completion order would not be exact", g.Held(), n)
+	}
 	stop := make(chan struct{})
 	var sampler sync.WaitGroup
 	sampler.Add(1)
@@ -352,16 +359,19 @@ func TestExtendingWritesRace(t *testing.T) {
 			}
 		}
 	}()
-	// Release the held requests newest first, one at a time.
-	for g.Held() > 0 {
+	// Complete the writes largest first, each before the next is
+	// released; from the first on, the size is the maximum end.
+	for left := n - 1; left >= 0; left-- {
 		g.Release(1)
-		time.Sleep(200 * time.Microsecond)
+		waitFor(t, "the released write to complete", func() bool { return in.dio.InFlight() == left })
+		if got := in.size(); got != n*4096 {
+			t.Fatalf("size %d after %d of %d completions (largest first), want %d", got, n-left, n, n*4096)
+		}
 	}
 	g.Open()
 	wg.Wait()
 	close(stop)
 	sampler.Wait()
-	_ = ctx
 	if v := bad.Load(); v != nil {
 		t.Fatal(v)
 	}
@@ -555,9 +565,14 @@ func TestNoWaitMatrix(t *testing.T) {
 		size := in.size()
 		allocated := e.fs.counters.BlocksAllocated.Load()
 		writes := e.fault.Stats().Write.Submitted
+		eagains := e.fs.counters.NoWaitEAGAIN.Load()
 		n, err := fn()
 		if !errors.Is(err, syscall.EAGAIN) || n != 0 {
 			t.Fatalf("%s: got %d, %v; want EAGAIN", what, n, err)
+		}
+		// Each NOWAIT EAGAIN is counted exactly once (FS.nowaitEAGAIN).
+		if got := e.fs.counters.NoWaitEAGAIN.Load() - eagains; got != 1 {
+			t.Fatalf("%s: NoWaitEAGAIN moved by %d, want 1", what, got)
 		}
 		if in.size() != size || e.fs.counters.BlocksAllocated.Load() != allocated || e.fault.Stats().Write.Submitted != writes {
 			t.Fatalf("%s: EAGAIN left a trace", what)
@@ -592,11 +607,131 @@ func TestNoWaitMatrix(t *testing.T) {
 	expectEAGAIN("direct read over dirty pages", func() (int, error) { return f.Pread(buf, 0, RWFNoWait) })
 	// A buffered write that needs a read of its page first.
 	expectEAGAIN("buffered partial write of an uncached page", func() (int, error) { return bf.Pwrite(buf[:100], 2*4096+10, RWFNoWait) })
+	expectEAGAIN("buffered O_DSYNC write", func() (int, error) { return bf.Pwrite(buf[:100], 10, RWFNoWait|RWFDsync) })
 	// Cached pages in the range of a direct write (their invalidation
 	// could wait for a page lock): EAGAIN.
 	expectEAGAIN("direct write over cached pages", func() (int, error) { return f.Pwrite(buf, 2*4096, RWFNoWait) })
 	// The aligned overwrite within EOF of an uncached range does not block.
 	if n, err := f.Pwrite(buf, 3*4096, RWFNoWait); err != nil || n != 4096 {
 		t.Fatalf("NOWAIT overwrite: %d, %v", n, err)
+	}
+}
+
+// TestDeviceCountersAreTheDevices: every device request the engine makes
+// goes through its one counting handle (FS.dev), so the engine's device
+// counters equal what the device itself saw, for direct, buffered,
+// writeback, read-back and flush traffic alike.
+func TestDeviceCountersAreTheDevices(t *testing.T) {
+	e := newEnv(t, envConfig{ioUnit: 512})
+	e.fs.ResetCounters()
+	e.fault.ResetStats()
+	f, _ := e.prewrite("/d", 8*4096, 1)
+	if _, err := f.WriteAt(pattern(512, 2), 4096+512); err != nil { // sub-block direct
+		t.Fatal(err)
+	}
+	mustReadAll(t, f)
+	b := e.mustCreate("/b", 0)
+	if _, err := b.WriteAt(pattern(3*4096+100, 3), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Fsync(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.fs.OpenFile("/d", O_RDWR, 0) // buffered: partial page reads
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.WriteAt(pattern(100, 4), 2*4096+10); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fs.SyncAll(); err != nil {
+		t.Fatal(err)
+	}
+	c, s := e.fs.Counters(), e.fault.Stats()
+	if c["DeviceReads"] != s.Read.Submitted || c["DeviceWrites"] != s.Write.Submitted || c["DeviceFlushes"] != s.Flush.Submitted {
+		t.Fatalf("engine counted %d reads, %d writes, %d flushes; the device saw %d, %d, %d",
+			c["DeviceReads"], c["DeviceWrites"], c["DeviceFlushes"], s.Read.Submitted, s.Write.Submitted, s.Flush.Submitted)
+	}
+	if s.Read.Submitted == 0 || s.Write.Submitted == 0 || s.Flush.Submitted == 0 {
+		t.Fatalf("the test made no reads, writes or flushes: %+v", s)
+	}
+	if c["DeviceInFlight"] != 0 {
+		t.Fatalf("DeviceInFlight = %d with nothing in flight", c["DeviceInFlight"])
+	}
+}
+
+// persistedState returns the state the metadata records for file block blk
+// of in (Unwritten for a hole, too).
+func persistedState(t *testing.T, e *testEnv, in *inode, blk uint64) meta.ExtentState {
+	t.Helper()
+	state := meta.Unwritten
+	start, end := meta.ExtentPrefix(in.ino)
+	err := e.fs.kv.Scan(start, end, func(k, v []byte) error {
+		_, x, err := meta.DecodeExtent(k, v)
+		if err == nil && x.FileBlock <= blk && blk < x.FileBlock+x.Len {
+			state = x.State
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return state
+}
+
+// TestConversionWaitsForSyncPoint: a direct write and a writeback into
+// unwritten blocks both convert them through convertWritten: written in
+// core at completion (reads see the data), recorded as written only by the
+// next sync point, after the device flush that made the data durable.
+func TestConversionWaitsForSyncPoint(t *testing.T) {
+	for _, how := range []string{"direct", "writeback"} {
+		t.Run(how, func(t *testing.T) {
+			e := policyEnv(t, Concurrent())
+			f := e.mustCreate("/f", O_DIRECT)
+			if err := f.Fallocate(0, 0, 2*4096); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.fs.SyncAll(); err != nil {
+				t.Fatal(err)
+			}
+			in := e.inode(f)
+			data := pattern(4096, 7)
+			if how == "direct" {
+				if _, err := f.WriteAt(data, 4096); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				b, err := e.fs.OpenFile("/f", O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
+				if _, err := b.WriteAt(data, 4096); err != nil {
+					t.Fatal(err)
+				}
+				if err := in.writeback(4096, 8192, true); err != nil {
+					t.Fatal(err)
+				}
+			}
+			flushes := e.fault.Stats().Flush.Submitted
+			if got := mustReadAll(t, f); !bytes.Equal(got[4096:], data) {
+				t.Fatal("the converted block does not read as the data")
+			}
+			if s := persistedState(t, e, in, 1); s != meta.Unwritten {
+				t.Fatalf("block 1 recorded %v before a sync point", s)
+			}
+			if err := e.fs.SyncAll(); err != nil {
+				t.Fatal(err)
+			}
+			if e.fault.Stats().Flush.Submitted == flushes {
+				t.Fatal("the sync point did not flush the device")
+			}
+			if s := persistedState(t, e, in, 1); s != meta.Written {
+				t.Fatalf("block 1 recorded %v after the sync point", s)
+			}
+			if s := persistedState(t, e, in, 0); s != meta.Unwritten {
+				t.Fatalf("block 0 (never written) recorded %v", s)
+			}
+		})
 	}
 }

@@ -22,9 +22,9 @@ type FS struct {
 	// Immutable after open.
 	opts       Options
 	policy     Policy
-	vol        *volume.Volume
+	vol        *volume.Volume // vol.Dev is the raw device: never used for I/O (use dev)
 	ownsVolume bool
-	dev        *countingDevice
+	dev        *countingDevice // the one handle for data I/O; counts every request
 	kv         meta.KV
 	blockSize  int64
 	blockShift uint

@@ -12,20 +12,17 @@ import (
 // Policy switches each of the five seed optimisations on or off, so that
 // its effect can be measured side by side. Concurrent() turns every one on
 // (the default); Classic() turns every one off and reproduces the kernels
-// before each fix.
+// before each fix. Which I/O lock mode each operation takes under either
+// preset is tabled in one place, the iolock package doc ("Which operation
+// takes which mode"), checked against the code by TestLockModes.
 type Policy struct {
 	// SharedDirectReads (seed 001, XFS 2011): direct reads take the I/O lock
-	// shared and write back only the dirty cached pages of their range.
-	// Off: every direct read takes the lock exclusive, waits for in-flight
-	// direct I/O, writes back and drops the file's cached pages, demotes to
-	// shared and reads.
+	// shared. Off: exclusive, then demoted (the table's "direct read" row).
 	SharedDirectReads bool
 	// OptimisticUnalignedWrites (seed 000, XFS 2021): a sub-block direct
-	// write within EOF first runs under the shared lock in overwrite-only
-	// mode and falls back to exclusive only when it would allocate, convert
-	// an unwritten extent or zero part of a block. Off: every sub-block
-	// direct write is exclusive, drains in-flight direct I/O and completes
-	// synchronously.
+	// write within EOF first tries the shared lock in overwrite-only mode.
+	// Off: every sub-block direct write takes the exclusive route (the
+	// table's "sub-block direct write" rows).
 	OptimisticUnalignedWrites bool
 	// ParallelDirectWrites (seed 002, io_uring + XFS/ext4/FUSE 2023): files
 	// open O_DIRECT say they take direct writes in parallel, so the async

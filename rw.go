@@ -114,17 +114,62 @@ func clampToMaxSize(k *kiocb) error {
 }
 
 // lockIO takes the I/O lock in mode m, or with nowait only if it is free
-// now; it reports whether it got the lock.
-func (in *inode) lockIO(m iolock.Mode, nowait bool) bool {
+// now (xfs_ilock_iocb); otherwise it returns the NOWAIT EAGAIN.
+func (in *inode) lockIO(m iolock.Mode, nowait bool) error {
 	if nowait {
 		if in.io.TryLock(m) {
-			return true
+			return nil
 		}
-		in.fs.counters.NoWaitEAGAIN.Add(1)
-		return false
+		return in.fs.nowaitEAGAIN(nwLockBusy)
 	}
 	in.io.Lock(m)
-	return true
+	return nil
+}
+
+// nowaitReason says why a NOWAIT request gave up: the step that would have
+// blocked.
+type nowaitReason uint8
+
+const (
+	nwLockBusy      nowaitReason = iota // the I/O lock is not free now
+	nwNeedExclusive                     // the write needs the lock exclusive (gap past EOF, privileges to strip)
+	nwSubBlockExcl                      // a sub-block direct write needs the exclusive route
+	nwDrain                             // direct I/O in flight would have to be drained
+	nwCachedPages                       // cached or dirty pages in the range would have to be written back or dropped
+	nwAllocate                          // blocks would have to be allocated
+	nwSync                              // the write would have to be written through and synced (O_DSYNC)
+	nwPageBusy                          // a page is locked or under I/O
+	nwPageRead                          // a page would have to be read from the device first
+	nwCacheFull                         // the page cache has no room without waiting
+)
+
+// nowaitEAGAIN is the one way a NOWAIT request gives up (RWF_NOWAIT, or the
+// ring's inline attempt): it counts the decision and its reason and
+// returns syscall.EAGAIN, which callers return unwrapped, before any side
+// effect (a buffered read or write that already copied bytes returns the
+// short count instead). Every EAGAIN the engine returns comes from here;
+// the overwrite-only attempt's own fallback is errNeedExclusive, which
+// never leaves the engine.
+func (fs *FS) nowaitEAGAIN(why nowaitReason) error {
+	c := &fs.counters
+	c.NoWaitEAGAIN.Add(1)
+	switch why {
+	case nwLockBusy:
+		c.NoWaitLockBusy.Add(1)
+	case nwNeedExclusive, nwSubBlockExcl:
+		c.NoWaitNeedExclusive.Add(1)
+	case nwDrain:
+		c.NoWaitDrain.Add(1)
+	case nwCachedPages:
+		c.NoWaitCachedPages.Add(1)
+	case nwAllocate:
+		c.NoWaitAllocate.Add(1)
+	case nwSync:
+		c.NoWaitSync.Add(1)
+	case nwPageBusy, nwPageRead, nwCacheFull:
+		c.NoWaitPageCache.Add(1)
+	}
+	return syscall.EAGAIN
 }
 
 // drain waits for every direct I/O in flight (inode_dio_wait).
@@ -146,8 +191,8 @@ func (in *inode) size() int64 {
 
 // ioBatch is a set of device requests that complete as one: once the
 // last of them completes, it calls its owner's batchDone (or, without an
-// owner, finish) once, with the first error. It counts the requests in
-// the engine's device counters itself, so it submits to the raw device.
+// owner, finish) once, with the first error. It submits through fs.dev,
+// which counts the requests.
 type ioBatch struct {
 	fs      *FS
 	pending atomic.Int32
@@ -190,18 +235,11 @@ func (b *ioBatch) add(op device.Op, buf []byte, off int64) {
 // submit starts every request; completion is reported once all have
 // completed. It must be called at most once, with at least one request.
 func (b *ioBatch) submit() {
-	c := &b.fs.counters
-	dev := b.fs.vol.Dev
+	dev := b.fs.dev
 	b.pending.Store(int32(len(b.reqs)))
 	for i := range b.reqs {
 		r := &b.reqs[i]
 		r.Done = b.doneFn
-		if r.Op == device.OpRead {
-			c.DeviceReads.Add(1)
-		} else {
-			c.DeviceWrites.Add(1)
-		}
-		storeMax(&c.MaxDeviceInFlight, c.DeviceInFlight.Add(1))
 		if err := dev.Submit(r); err != nil {
 			b.done(r, err)
 		}
@@ -209,7 +247,6 @@ func (b *ioBatch) submit() {
 }
 
 func (b *ioBatch) done(_ *device.Request, err error) {
-	b.fs.counters.DeviceInFlight.Add(-1)
 	if err != nil {
 		b.errMu.Lock()
 		if b.err == nil {

@@ -143,7 +143,8 @@ func (in *inode) zeroEOFTail(size int64) error {
 
 // zeroBlockRange zeroes bytes [from, to) of file block blk on the device
 // if the block is written (holes and unwritten blocks read as zeros
-// already), by read-modify-write of the I/O units concerned.
+// already), by read-modify-write of the I/O units concerned where the range
+// covers them only in part (readBeforeWrite's rbwZeroPartUnit).
 //
 // Preconditions: in.io is held exclusive, and the block has no cached
 // pages.
@@ -164,7 +165,8 @@ func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err err
 	lo, hi := roundDown(from, u), roundUp(to, u)
 	buf := device.AlignedBuf(int(hi - lo))
 	dev := int64(s.DevBlock)*fs.blockSize + lo
-	if lo != from || hi != to {
+	if why := readBeforeWrite(fs.policy, rbwWrite{kind: rbwZeroing, uptodate: lo == from && hi == to}); why.read() {
+		fs.countRBW(why)
 		if err := device.ReadAt(fs.dev, buf, dev); err != nil {
 			return false, eio(err)
 		}

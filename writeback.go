@@ -2,7 +2,6 @@ package sluice
 
 import (
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sluicefs/sluice/device"
@@ -285,30 +284,17 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 			release(err)
 			return
 		}
-		go func() {
-			in.mu.Lock()
-			cerr := fs.transact(func(t *txn) error {
-				epoch := fs.convEpoch.Load()
-				for _, r := range conv {
-					in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
-				}
-				return nil
-			})
-			in.mu.Unlock()
-			fs.markDirty(in)
-			release(cerr)
-		}()
+		go func() { release(in.convertWritten(conv, 0, false)) }()
 	}
 	b.submit()
 	return nil
 }
 
 // planWritten adds the writes of the dirty bytes of the written part
-// [lo, hi) of a run from file block blk (device offset dev) to b, one per run of dirty I/O
-// units. A unit with dirty bytes that is not wholly covered by valid
-// cached bytes is read back from the device first (read-modify-write at
-// the device's I/O unit: only where a unit is neither fully dirty nor
-// fully uptodate).
+// [lo, hi) of a run from file block blk (device offset dev) to b, one per
+// run of dirty I/O units. A dirty unit that valid cached bytes do not
+// wholly cover is read back from the device first (readBeforeWrite's
+// rbwUnitNotCached: read-modify-write at the device's I/O unit).
 func (in *inode) planWritten(b *ioBatch, bounce []byte, blk uint64, lo, hi, dev int64, covered, dirty []span) error {
 	fs := in.fs
 	u := fs.ioUnit
@@ -321,11 +307,15 @@ func (in *inode) planWritten(b *ioBatch, bounce []byte, blk uint64, lo, hi, dev 
 	}
 	for c := int64(0); c < n; c++ {
 		ulo := lo + c*u
-		if !isDirty[c] || spansCover(covered, ulo, ulo+u) {
+		if !isDirty[c] {
 			continue
 		}
+		why := readBeforeWrite(fs.policy, rbwWrite{kind: rbwWriteback, uptodate: spansCover(covered, ulo, ulo+u)})
+		if !why.read() {
+			continue
+		}
+		fs.countRBW(why)
 		tmp := device.AlignedBuf(int(u))
-		fs.counters.CacheRMWUnitReads.Add(1)
 		fileLo := int64(blk)*fs.blockSize + ulo
 		nb := in.claimNeighbourPages(fileLo, fileLo+u)
 		err := device.ReadAt(fs.dev, tmp, dev+c*u)
@@ -383,8 +373,7 @@ func (in *inode) writebackRange(off, end int64, nowait bool) error {
 		return nil
 	}
 	if nowait {
-		in.fs.counters.NoWaitEAGAIN.Add(1)
-		return syscall.EAGAIN
+		return in.fs.nowaitEAGAIN(nwCachedPages)
 	}
 	if err := in.writebackPages(first, last, true); err != nil {
 		return err

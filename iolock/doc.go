@@ -100,54 +100,81 @@
 //
 // # Which operation takes which mode
 //
-// The engine decides; this table is its contract, from DESIGN.md section 4 and
-// the XFS functions named in the last column. "classic" and "concurrent" are
-// the engine's Policy presets (all seed optimisations off, or on). "drain" is
-// DIO.Wait under Exclusive. "NOWAIT" means the caller passed RWF_NOWAIT or is
-// the ring's inline first attempt: it uses TryLock, and every step that would
-// block (lock, upgrade, drain, EOF zeroing, allocation, writeback) returns
-// EAGAIN instead, with no side effects.
+// The engine decides; this table is its contract and the only copy of it
+// (the engine's docs point here), from DESIGN.md section 4 and the XFS
+// functions named in the last column. "classic" and "concurrent" are the
+// engine's Policy presets (all seed optimisations off, or on); "same" means
+// as classic. Each cell starts with the modes the operation is granted, in
+// order, up to the first ";": "Shared, Exclusive" is a Shared hold dropped
+// and retaken Exclusive (there is no upgrade), "Demote" an Exclusive hold
+// demoted to Shared. The engine's TestLockModes (lockmodes_test.go, script
+// testdata/lockmodes) runs every row under both presets and checks those
+// modes against this table. "drain" is DIO.Wait under Exclusive.
 //
-//	operation                  | classic                  | concurrent (default)     | kernel analogue
-//	---------------------------+--------------------------+--------------------------+-------------------------------
-//	direct read                | Exclusive, drain, write  | Shared; write back only  | xfs_file_dio_read (2011 / now)
-//	                           | back and drop the file's | the range's dirty cached |
-//	                           | cached pages, Demote,    | pages, under Shared      |
-//	                           | read under Shared        |                          |
-//	aligned direct write,      | Shared                   | Shared                   | xfs_file_dio_write_aligned
-//	within EOF                 |                          |                          |
-//	aligned direct write that  | Shared; the new size is  | same                     | xfs_file_dio_write_aligned,
-//	starts at EOF (pos = size) | published at completion  |                          | xfs_dio_write_end_io
-//	aligned direct write that  | Exclusive, drain, zero   | same                     | xfs_file_write_checks
-//	starts past EOF            | [size, pos), Demote,     |                          | (EOF-gap branch)
-//	                           | write under Shared       |                          |
-//	sub-block direct write,    | Exclusive, drain,        | Shared, overwrite-only;  | xfs_file_dio_write_unaligned
-//	within EOF                 | synchronous completion   | if the range is not one  | (IOMAP_DIO_OVERWRITE_ONLY,
-//	                           |                          | written extent: Unlock,  | then IOMAP_DIO_FORCE_WAIT)
-//	                           |                          | Lock(Exclusive), redo    |
-//	                           |                          | every check, drain,      |
-//	                           |                          | synchronous completion   |
-//	sub-block direct write     | Exclusive at once,       | same                     | xfs_file_dio_write_unaligned
-//	touching the EOF block or  | drain, synchronous       |                          | (pos+count >= isize)
-//	past EOF                   | completion               |                          |
-//	write that must strip      | Exclusive                | Exclusive (then Shared   | xfs_file_write_checks
-//	suid/sgid/capabilities     |                          | once the inode is known  | (!IS_NOSEC relock)
-//	                           |                          | to need no stripping)    |
-//	NOWAIT caller that would   | (no NOWAIT path)         | TryLock; EAGAIN, no side | xfs_ilock_iocb,
-//	block                      |                          | effects                  | xfs_ilock_iocb_for_write
-//	O_APPEND write             | Exclusive                | Exclusive: appends are   | ext4, FUSE (XFS: Shared)
-//	                           |                          | serialised; pos = size   |
-//	                           |                          | sampled under Exclusive  |
-//	truncate, punch hole,      | Exclusive + drain        | Exclusive + drain        | xfs_setattr_size,
-//	fallocate                  |                          |                          | __xfs_file_fallocate
-//	buffered write             | Exclusive                | Exclusive                | xfs_file_buffered_write
-//	buffered read              | Shared                   | Shared                   | xfs_file_buffered_read
+//	operation                          | classic                   | concurrent (default)      | kernel analogue
+//	-----------------------------------+---------------------------+---------------------------+-----------------------------
+//
+//	direct read                        | Exclusive, Demote; drain, | Shared; write back only   | xfs_file_dio_read
+//	                                   | write back and drop the   | the range's dirty cached  | (2011 / now)
+//	                                   | file's cached pages, then | pages                     |
+//	                                   | Demote and read           |                           |
+//
+//	aligned direct write within EOF    | Shared                    | same                      | xfs_file_dio_write_aligned
+//
+//	aligned direct write at EOF        | Shared; the new size is   | same                      | xfs_file_dio_write_aligned,
+//	                                   | published at completion   |                           | xfs_dio_write_end_io
+//
+//	aligned direct write past EOF      | Shared, Exclusive,        | same                      | xfs_file_write_checks
+//	                                   | Demote; the checks find   |                           | (EOF-gap branch)
+//	                                   | the gap: Unlock, Lock     |                           |
+//	                                   | Exclusive, redo them,     |                           |
+//	                                   | drain, zero [size, pos),  |                           |
+//	                                   | Demote, write             |                           |
+//
+//	direct write that must strip       | Shared, Exclusive,        | same                      | xfs_file_write_checks
+//	suid, sgid or capabilities         | Demote; as past EOF, to   |                           | (!IS_NOSEC relock)
+//	                                   | strip them                |                           |
+//
+//	sub-block direct write within      | Exclusive; drain,         | Shared; overwrite-only    | xfs_file_dio_write_unaligned
+//	EOF, over one written extent       | synchronous completion    |                           | (IOMAP_DIO_OVERWRITE_ONLY)
+//
+//	sub-block direct write within      | Exclusive; drain,         | Shared, Exclusive; the    | xfs_file_dio_write_unaligned
+//	EOF, not one written extent        | synchronous completion    | overwrite-only attempt    | (then IOMAP_DIO_FORCE_WAIT)
+//	                                   |                           | fails: Unlock, Lock       |
+//	                                   |                           | Exclusive, redo every     |
+//	                                   |                           | check, drain, synchronous |
+//	                                   |                           | completion                |
+//
+//	sub-block direct write touching    | Exclusive; at once,       | same                      | xfs_file_dio_write_unaligned
+//	the EOF block or past EOF          | drain, synchronous        |                           | (pos+count >= isize)
+//	                                   | completion                |                           |
+//
+//	O_APPEND direct write              | Exclusive; held until the | same                      | ext4, FUSE (XFS: Shared)
+//	                                   | size is published: pos =  |                           |
+//	                                   | size is sampled under it  |                           |
+//
+//	buffered write (O_APPEND too)      | Exclusive; drain          | same                      | xfs_file_buffered_write
+//
+//	buffered read                      | Shared                    | same                      | xfs_file_buffered_read
+//
+//	truncate                           | Exclusive; drain          | same                      | xfs_setattr_size
+//
+//	fallocate, punch hole, zero range  | Exclusive; drain          | same                      | __xfs_file_fallocate
+//
+// Rows are separated by blank lines; a row's cells continue over its lines.
+//
+// NOWAIT callers (RWF_NOWAIT, or the ring's inline first attempt) take the
+// same modes with TryLock (xfs_ilock_iocb, xfs_ilock_iocb_for_write), and
+// every step that would block (lock, upgrade, drain, EOF zeroing,
+// allocation, writeback, a page read) returns EAGAIN instead, with no side
+// effects. Classic has no NOWAIT path of its own: the same rule applies.
 //
 // Two rules hold across the table. Exclusive is never needed during the data
-// I/O of an aligned direct write, so that path demotes before submitting. And
-// every Exclusive taken to change size or layout drains in-flight direct I/O
-// first, because holding Exclusive stops only new submissions, not
-// asynchronous I/O already submitted under an earlier Shared hold.
+// I/O of an aligned direct write (other than an append), so that path
+// demotes before submitting. And every Exclusive taken to change size or
+// layout drains in-flight direct I/O first, because holding Exclusive stops
+// only new submissions, not asynchronous I/O already submitted under an
+// earlier Shared hold.
 //
 // # In-flight direct I/O
 //
@@ -163,9 +190,10 @@
 //
 // Lock.Stats counts grants, contended requests, TryLock failures, demotes and
 // abandoned LockContext calls per mode; DIO has InFlight, a high-water mark
-// (Max, ResetMax) and Underflows. The engine exports them as counters and
-// tests assert on them (for example "this sub-block overwrite took no
-// Exclusive lock"). Reading them never waits for a holder of the lock.
+// (Max, ResetMax) and Underflows. Tests assert on them (the engine's
+// TestLockModes checks each operation's grants and demotes against the table
+// above); the engine counts its own lock decisions separately, in its
+// Counters. Reading them never waits for a holder of the lock.
 // Lock.Waiters lets a test know that a goroutine is blocked in Lock, instead
 // of sleeping and hoping; Lock.Holders serves "Preconditions:" assertions.
 //
