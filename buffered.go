@@ -676,6 +676,9 @@ func (in *inode) takeReadErr(idx uint64) error {
 // racing the read is followed by an invalidation that waits for them.
 func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 	fs := in.fs
+	for _, p := range pages {
+		p.Handoff() // the read's completion unlocks it
+	}
 	ps := int64(fs.cache.PageSize())
 	finish := func(p *pagecache.Page, err error) {
 		if err != nil {

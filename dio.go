@@ -407,6 +407,9 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 	op.write, op.off, op.end, op.conv, op.mode, op.holdLock = true, k.off, end, conv, mode, wait
 	async := k.done != nil
 	in.dioBegin()
+	if wait {
+		in.io.Handoff() // finishWrite unlocks it
+	}
 	op.b.submit()
 	if !wait {
 		in.io.Unlock(mode)

@@ -48,26 +48,44 @@
 //
 // # Lock order
 //
-// Locks are taken in this order (each indented lock may be taken while
-// holding the ones above it, never the reverse):
+// Every engine lock has a rank (package internal/lockrank), and a goroutine
+// takes locks in increasing rank only. The order is checked on every lock
+// taken in builds with the race detector or the invariants tag (so on every
+// CI test run): a violation panics with the stacks that took each lock
+// held. The ranks, lowest first (TestLockOrderDoc keeps this list equal to
+// lockrank's):
 //
-//	File.posMu (file position, Read/Write/Seek only)
-//	  FS.ns (namespace; shared for lookups, exclusive for changes)
-//	    inode.io (the I/O lock, iolock.Lock; held across device I/O
-//	    |         submission, released at completion only by the
-//	    |         exclusive sub-block and append routes)
-//	      page lock (pagecache; one at a time, except writeback, which
-//	      |          locks the pages of one block in index order)
-//	        inode.mu (attributes, size, extent map; never held across
-//	        |         device I/O)
-//	          FS.commitMu (metadata transactions, allocator journal)
-//	            alloc, KV internals
-//	          FS.dirty.mu, FS.icache.mu (leaves)
+//	FilePos     File.posMu: the file position (Read, Write, Seek only)
+//	Namespace   FS.ns: shared for lookups, exclusive for namespace changes
+//	IOLock      inode.io, the I/O lock (iolock.Lock), one inode at a time;
+//	            held across device I/O submission; the sub-block and
+//	            extending direct-write routes hand it to the request, whose
+//	            completion releases it
+//	SyncSerial  the serial sync point's mutex (NoGroupCommit)
+//	Page        page locks (pagecache), several in increasing index order
+//	            (readahead, unit fills, writeback of a block); pages locked
+//	            for a device read are handed to the read, whose completion
+//	            unlocks them
+//	Readahead   an inode's readahead state
+//	InodeMu     inode.mu: attributes, size, extent map; several in
+//	            inode-number order (lockInodes). Never held across data
+//	            device I/O; metadata commits run under it, and an
+//	            allocation that finds only busy blocks syncs the metadata
+//	            under it (space.go, allocNear)
+//	Commit      FS.commitMu: metadata transactions, the allocator journal
+//	Alloc       the allocator's mutex
+//	ICache      FS.icache.mu: the in-core inode table (taken after
+//	            inode.mu: maybeEvict, persist)
+//	Mapping     a page-cache mapping's mutex
+//	PageState   a page's state mutex
+//	Cache       the page cache's mutex
+//	Leaf        short sections that take nothing: FS.dirty.mu, FS.files.mu,
+//	            in-flight counters, group-sync state, error slots, the I/O
+//	            lock's and DIO counter's internals
 //
-// Several inodes' mu are taken in inode-number order (lockInodes). The I/O
-// lock is never taken on two inodes at once. The sync point takes each
-// dirty inode's mu in inode-number order, one at a time, after the device
-// flush.
+// The sync point takes each dirty inode's mu in inode-number order, one at
+// a time, after the device flush. A new lock gets a rank in lockrank and a
+// line here in the same change.
 //
 // # Errors
 //

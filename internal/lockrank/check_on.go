@@ -124,12 +124,31 @@ func removeOwn(l unsafe.Pointer) bool {
 	return found
 }
 
-// Release records that lock l is released: by its holder, or by another
-// goroutine (then it is removed from whichever goroutine holds it).
+// handedOff counts the holds of each lock handed to asynchronous requests
+// and not yet released.
+var handedOff struct {
+	sync.Mutex
+	n map[unsafe.Pointer]int
+}
+
+// Release records that lock l is released: by its holder, by a request it
+// was handed off to, or by another goroutine (then it is removed from
+// whichever goroutine holds it).
 func Release(l unsafe.Pointer) {
 	if removeOwn(l) {
 		return
 	}
+	handedOff.Lock()
+	if n := handedOff.n[l]; n > 0 {
+		if n == 1 {
+			delete(handedOff.n, l)
+		} else {
+			handedOff.n[l] = n - 1
+		}
+		handedOff.Unlock()
+		return
+	}
+	handedOff.Unlock()
 	goroutines.Range(func(_, v any) bool {
 		found, _ := v.(*gstate).remove(l)
 		return !found
@@ -139,7 +158,16 @@ func Release(l unsafe.Pointer) {
 // Handoff hands lock l from the calling goroutine to an asynchronous
 // request: the goroutine no longer holds it.
 func Handoff(l unsafe.Pointer) {
-	removeOwn(l)
+	if !removeOwn(l) {
+		onViolation("lockrank: Handoff of a lock the goroutine does not hold")
+		return
+	}
+	handedOff.Lock()
+	if handedOff.n == nil {
+		handedOff.n = map[unsafe.Pointer]int{}
+	}
+	handedOff.n[l]++
+	handedOff.Unlock()
 }
 
 // Held returns the ranks the calling goroutine holds, in acquisition order.
