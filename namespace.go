@@ -332,7 +332,7 @@ func lockInodes(ins ...*inode) func() {
 		}
 	}
 	for _, in := range uniq {
-		in.mu.Lock()
+		in.mu.LockOrdered(uint64(in.ino))
 	}
 	return func() {
 		for i := len(uniq) - 1; i >= 0; i-- {
