@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -27,29 +28,42 @@ type gstate struct {
 	held []held
 }
 
-// goroutines maps goroutine ids to their gstate while they hold locks.
-var goroutines sync.Map // uint64 -> *gstate
+// goroutines maps goroutines (gkey) to their gstate. Entries stay (their
+// number is bounded by the most goroutines alive at once), so the common
+// lookup is sync.Map's lock-free read.
+var goroutines sync.Map // uintptr -> *gstate
+
+// disabled turns the checks off (Disable).
+var disabled atomic.Bool
+
+// Disable turns the checks off for the rest of the process: for the tests
+// of a lock primitive, which use one lock in ways the engine never does
+// (one goroutine holding it shared twice, say).
+func Disable() { disabled.Store(true) }
 
 // onViolation reports a violation; tests of this package replace it.
 var onViolation = func(msg string) { panic(msg) }
 
-func state(create bool) (*gstate, uint64) {
-	id := goid()
+func state(create bool) *gstate {
+	id := gkey()
 	if v, ok := goroutines.Load(id); ok {
-		return v.(*gstate), id
+		return v.(*gstate)
 	}
 	if !create {
-		return nil, id
+		return nil
 	}
 	g := &gstate{}
 	goroutines.Store(id, g)
-	return g, id
+	return g
 }
 
 // Acquire checks that the calling goroutine may wait for lock l of rank r,
 // then records it as held.
 func Acquire(r Rank, key uint64, l unsafe.Pointer) {
-	g, _ := state(true)
+	if disabled.Load() {
+		return
+	}
+	g := state(true)
 	g.mu.Lock()
 	for i := range g.held {
 		h := &g.held[i]
@@ -84,7 +98,10 @@ func conflict(h *held, r Rank, key uint64, l unsafe.Pointer) string {
 
 // TryAcquired records lock l as held without checking the order.
 func TryAcquired(r Rank, key uint64, l unsafe.Pointer) {
-	g, _ := state(true)
+	if disabled.Load() {
+		return
+	}
+	g := state(true)
 	g.mu.Lock()
 	g.push(r, key, l)
 	g.mu.Unlock()
@@ -109,18 +126,14 @@ func (g *gstate) remove(l unsafe.Pointer) (found, empty bool) {
 	return false, len(g.held) == 0
 }
 
-// removeOwn drops lock l from the calling goroutine's held locks, forgetting
-// the goroutine once it holds none (only its own goroutine deletes a gstate,
-// so no append can be lost), and reports whether l was there.
+// removeOwn drops lock l from the calling goroutine's held locks and
+// reports whether it was there.
 func removeOwn(l unsafe.Pointer) bool {
-	g, id := state(false)
+	g := state(false)
 	if g == nil {
 		return false
 	}
-	found, empty := g.remove(l)
-	if empty {
-		goroutines.Delete(id)
-	}
+	found, _ := g.remove(l)
 	return found
 }
 
@@ -135,6 +148,9 @@ var handedOff struct {
 // was handed off to, or by another goroutine (then it is removed from
 // whichever goroutine holds it).
 func Release(l unsafe.Pointer) {
+	if disabled.Load() {
+		return
+	}
 	if removeOwn(l) {
 		return
 	}
@@ -158,6 +174,9 @@ func Release(l unsafe.Pointer) {
 // Handoff hands lock l from the calling goroutine to an asynchronous
 // request: the goroutine no longer holds it.
 func Handoff(l unsafe.Pointer) {
+	if disabled.Load() {
+		return
+	}
 	if !removeOwn(l) {
 		onViolation("lockrank: Handoff of a lock the goroutine does not hold")
 		return
@@ -172,7 +191,7 @@ func Handoff(l unsafe.Pointer) {
 
 // Held returns the ranks the calling goroutine holds, in acquisition order.
 func Held() []Rank {
-	g, _ := state(false)
+	g := state(false)
 	if g == nil {
 		return nil
 	}

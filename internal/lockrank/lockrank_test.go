@@ -143,3 +143,23 @@ func TestNames(t *testing.T) {
 		t.Fatalf("Names() = %v", n)
 	}
 }
+
+// TestPerGoroutine: one goroutine's held locks do not constrain another's.
+func TestPerGoroutine(t *testing.T) {
+	var commit Mutex[Commit]
+	var ino Mutex[InodeMu]
+	got := catch(t, func() {
+		commit.Lock()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			ino.Lock()
+			ino.Unlock()
+		}()
+		<-done
+		commit.Unlock()
+	})
+	if len(got) > 0 {
+		t.Fatalf("a lock held by one goroutine constrained another:\n%s", got[0])
+	}
+}
