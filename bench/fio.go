@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/sluicefs/sluice/internal/rusage"
+	"github.com/sluicefs/sluice/internal/sys/rusage"
 	"os/exec"
 	"strconv"
 	"strings"

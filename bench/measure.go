@@ -3,7 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
-	"github.com/sluicefs/sluice/internal/rusage"
+	"github.com/sluicefs/sluice/internal/sys/rusage"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice"
-	"github.com/sluicefs/sluice/internal/mountinfo"
+	"github.com/sluicefs/sluice/internal/sys/mountinfo"
 )
 
 // Mount problems that CheckMountpoint reports; errors.Is works on the

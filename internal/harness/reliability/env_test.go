@@ -25,7 +25,7 @@ import (
 )
 
 // runKnownFailures runs the tests marked as known engine failures instead
-// of skipping them: go test ./internal/reliability -run X -known-failures.
+// of skipping them: go test ./internal/harness/reliability -run X -known-failures.
 var runKnownFailures = flag.Bool("known-failures", false, "run the tests marked as known engine failures (see its issue)")
 
 // knownFailure skips the rest of the test because of engine bug id of

@@ -1,7 +1,7 @@
 // Package reliability holds sluice's reliability tests (issue 9, parts
 // 2-6): device faults, a full device, fuzzing, hostile input at the API
 // and a concurrency soak. It has no non-test code but this manual; the
-// crash campaign lives in internal/crashtest.
+// crash campaign lives in internal/harness/crashtest.
 //
 // # The stack
 //
@@ -98,12 +98,12 @@
 //
 // # Running
 //
-//	go test -race ./internal/reliability/                 # CI: seeds, ~20s soak
-//	go test ./internal/reliability/ -run TestSoak -soak 10m
-//	go test ./internal/reliability/ -run TestSoak -soak 1m -soak-workers 1 -soak-kinds 0,2,4 -soak-modes zero
-//	go test ./internal/reliability/ -args -known-failures # run what is marked as a known engine bug
-//	internal/reliability/fuzz.sh 5m                       # every fuzz target, 5 minutes each
-//	go test ./internal/reliability/ -run TestSeedCorpora -args -write-seed-corpus
+//	go test -race ./internal/harness/reliability/         # CI: seeds, ~20s soak
+//	go test ./internal/harness/reliability/ -run TestSoak -soak 10m
+//	go test ./internal/harness/reliability/ -run TestSoak -soak 1m -soak-workers 1 -soak-kinds 0,2,4 -soak-modes zero
+//	go test ./internal/harness/reliability/ -args -known-failures  # run what is marked as a known engine bug
+//	internal/harness/reliability/fuzz.sh 5m                        # every fuzz target, 5 minutes each
+//	go test ./internal/harness/reliability/ -run TestSeedCorpora -args -write-seed-corpus
 //
 // Tests of engine bugs not yet fixed call knownFailure with the bug's
 // number in the issue tracker: they skip unless
