@@ -126,8 +126,6 @@ type Failure struct {
 	Ops [][]Op
 }
 
-func (f *Failure) Error() string { return f.Report(40) }
-
 // Report formats the failure, with at most lastOps ops of each list.
 func (f *Failure) Report(lastOps int) string {
 	var b strings.Builder
