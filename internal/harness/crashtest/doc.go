@@ -6,7 +6,7 @@
 //
 // # The stack
 //
-// Env is a file system on
+// Env is a file system on a volume that testvol.Format made:
 //
 //	sluice.FS -> faultdev -> flush fence -> memdev            (data)
 //	          -> RecKV -> Pebble -> vfs.NewCrashableMem       (metadata)

@@ -6,7 +6,7 @@
 // # The stack
 //
 // Every test runs the engine (sluice.OpenVolume) over the same parts
-// (env_test.go):
+// (env_test.go; the memdev and the MemFS come from testvol.Format):
 //
 //	sluice.FS
 //	  volume.Volume
@@ -16,9 +16,10 @@
 //	    faultKV              fails metadata commits, syncs or reads on demand
 //	      Pebble on a crashable vfs.MemFS
 //
-// env.crash(seed) builds what a power failure now could leave (memdev's
-// crash image, Pebble's crash clone) and mounts it; env.reopen closes
-// cleanly and mounts copies. snapshot() walks a whole tree (types, modes,
+// env.crash(seed) builds what a power failure now could leave
+// (testvol.Disks.Crash: memdev's crash image, Pebble's crash clone) and
+// mounts it; env.reopen closes cleanly and mounts copies
+// (testvol.Disks.Copy). snapshot() walks a whole tree (types, modes,
 // links, sizes, blocks, times, symlink targets, xattrs, contents) so a test
 // can say "this call changed nothing".
 //
