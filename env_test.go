@@ -1,71 +1,48 @@
 package sluice
 
 import (
-	"bytes"
-	"math/rand/v2"
 	"testing"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/faultdev"
-	"github.com/sluicefs/sluice/device/memdev"
-	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/volume"
 )
 
 // testEnv is a file system on a memory device (behind a fault-injecting
-// wrapper) and an in-memory, crashable Pebble.
+// wrapper) and an in-memory, crashable Pebble, built by testvol.
 type testEnv struct {
 	t     testing.TB
-	mem   *memdev.Device
+	disks *testvol.Disks
 	fault *faultdev.Device
-	memfs *vfs.MemFS
 	vol   *volume.Volume
 	fs    *FS
 	opts  Options
 }
 
 type envConfig struct {
-	size      int64
-	ioUnit    int
-	blockSize int
+	size      int64 // testvol.Config.DeviceBytes; 64 MiB if 0
+	ioUnit    int   // testvol.Config.IOUnit; 512 if 0
+	blockSize int   // testvol.Config.BlockSize; 4096 if 0
 	opts      Options
 }
 
 func newEnv(t testing.TB, cfg envConfig) *testEnv {
 	t.Helper()
-	if cfg.size == 0 {
-		cfg.size = 64 << 20
-	}
-	if cfg.ioUnit == 0 {
-		cfg.ioUnit = 512
-	}
-	mem, err := memdev.New(cfg.size, memdev.Options{IOUnit: cfg.ioUnit})
+	d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.size, IOUnit: cfg.ioUnit, BlockSize: cfg.blockSize})
 	if err != nil {
 		t.Fatal(err)
 	}
-	memfs := vfs.NewCrashableMem()
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs, CreateIfMissing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: cfg.blockSize}); err != nil {
-		t.Fatal(err)
-	}
-	if err := kv.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return openEnv(t, mem, memfs, cfg.opts)
+	return openEnv(t, d, cfg.opts)
 }
 
-func openEnv(t testing.TB, mem *memdev.Device, memfs *vfs.MemFS, opts Options) *testEnv {
+func openEnv(t testing.TB, d *testvol.Disks, opts Options) *testEnv {
 	t.Helper()
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs})
+	kv, err := d.OpenKV()
 	if err != nil {
 		t.Fatal(err)
 	}
-	fault := faultdev.New(mem)
+	fault := faultdev.New(d.Mem)
 	v, err := volume.Attach(fault, kv)
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +51,7 @@ func openEnv(t testing.TB, mem *memdev.Device, memfs *vfs.MemFS, opts Options) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &testEnv{t: t, mem: mem, fault: fault, memfs: memfs, vol: v, fs: fs, opts: opts}
+	e := &testEnv{t: t, disks: d, fault: fault, vol: v, fs: fs, opts: opts}
 	t.Cleanup(func() { e.close() })
 	return e
 }
@@ -90,34 +67,32 @@ func (e *testEnv) close() {
 	e.fs = nil
 }
 
-// reopen closes the file system cleanly and opens it again on the same
-// device and metadata: a cold cache.
+// reopen closes the file system cleanly and opens it again on a copy of
+// its device and metadata: a cold cache.
 func (e *testEnv) reopen() *testEnv {
 	e.t.Helper()
 	if err := e.fs.Close(); err != nil {
 		e.t.Fatal(err)
 	}
 	e.vol.KV.Close()
-	img := e.mem.CrashImage(0) // everything was flushed: the same bytes
+	d := e.disks.Copy() // everything was flushed and synced: the same bytes
 	e.fault.Close()
 	e.fs = nil
-	return openEnv(e.t, img, e.memfs, e.opts)
+	return openEnv(e.t, d, e.opts)
 }
 
 // crash returns a new environment holding what a power failure now could
 // leave: the device's crash image for seed (unflushed writes kept, dropped
-// or torn) and the metadata as last synced plus some unsynced part. The
-// original environment is abandoned without a clean close.
+// or torn) and the metadata as last synced plus some unsynced part
+// (testvol.Disks.Crash). The original environment is abandoned without a
+// clean close.
 func (e *testEnv) crash(seed uint64) *testEnv {
 	e.t.Helper()
-	img := e.mem.CrashImage(seed)
-	rng := rand.New(rand.NewPCG(seed, 7))
-	memfs := e.memfs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rand.New(rand.NewPCG(seed, 9))})
-	return openEnv(e.t, img, memfs, e.opts)
+	return openEnv(e.t, e.disks.Crash(seed), e.opts)
 }
 
-// mustWrite writes data to path (created or truncated) and returns the
-// open file.
+// mustCreate opens path for reading and writing with extra flags, created
+// or truncated.
 func (e *testEnv) mustCreate(path string, flags int) *File {
 	e.t.Helper()
 	f, err := e.fs.OpenFile(path, O_RDWR|O_CREAT|O_TRUNC|flags, 0o644)
@@ -159,5 +134,3 @@ func checkClean(t testing.TB, fs *FS) {
 		t.Fatalf("Check found problems: %v", r.Problems)
 	}
 }
-
-var _ = bytes.Equal

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,28 @@ func TestAxis(t *testing.T) {
 	}
 	if fmtTick(1500) != "1.5k" || fmtTick(2000) != "2k" || fmtTick(0.25) != "0.25" {
 		t.Errorf("ticks %s %s %s", fmtTick(1500), fmtTick(2000), fmtTick(0.25))
+	}
+}
+
+// TestMountOf: the mount holding a directory is found through symbolic
+// links, and "/" is a mount point.
+func TestMountOf(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	m, ok := mountOf(dir)
+	if !ok || m.FSType == "" || !strings.HasPrefix(dir, m.Point) {
+		t.Fatalf("mountOf(%s) = %+v, %t", dir, m, ok)
+	}
+	if m2, ok := mountOf(link); !ok || m2.Point != m.Point || m2.Source != m.Source {
+		t.Errorf("mountOf(%s) = %+v, %t; want the mount of %s, %+v", link, m2, ok, dir, m)
+	}
+	if !isMountPoint("/") {
+		t.Errorf(`isMountPoint("/") = false`)
+	}
+	if isMountPoint(dir) && m.Point != dir {
+		t.Errorf("isMountPoint(%s) = true, but it lies in the mount at %s", dir, m.Point)
 	}
 }

@@ -1,5 +1,6 @@
-// Package bench reproduces the seed experiments (DESIGN.md section 6) on
-// the engine and on peers, and reports them as text tables, JSON and a
+// Package bench reproduces the seed experiments (the measurements of the
+// five kernel threads in README.md's table, W1-W5 below) on the engine and
+// on peers, and reports them as text tables, JSON and a
 // self-contained HTML page (report.html.tmpl, through html/template).
 // `sluice bench` is its command-line face.
 //

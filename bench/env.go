@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice/internal/sys/mountinfo"
 )
 
 // hostEnv fills the machine's part of Env.
@@ -88,61 +89,21 @@ func sluiceVersion() string {
 	return v
 }
 
-// mountOf returns the mount (point, source, fstype, options) holding
-// path, from /proc/self/mountinfo: the longest mount point that is a
-// prefix of path.
-func mountOf(path string) (point, source, fstype, opts string) {
+// mountOf returns the mount holding path, symbolic links resolved, from
+// /proc/self/mountinfo, and whether there is one.
+func mountOf(path string) (mountinfo.Mount, bool) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return
+		return mountinfo.Mount{}, false
 	}
 	if r, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = r
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	t, err := mountinfo.Read()
 	if err != nil {
-		return
+		return mountinfo.Mount{}, false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint opts ... - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if len(a) < 6 || len(b) < 2 {
-			continue
-		}
-		mp := unescapeMount(a[4])
-		if !strings.HasPrefix(abs, mp) || (mp != "/" && len(abs) > len(mp) && abs[len(mp)] != '/') {
-			continue
-		}
-		if len(mp) >= len(point) {
-			point, fstype, source, opts = mp, b[0], b[1], a[5]
-		}
-	}
-	return
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return t.Containing(abs)
 }
 
 // blockDevOf returns the major:minor of the block device holding path, and
@@ -163,7 +124,9 @@ func blockDevOf(path string) (string, bool) {
 // parent disk's model and queue.
 func describeDevice(path string) DeviceInfo {
 	var d DeviceInfo
-	d.MountPoint, d.MountSource, d.MountFSType, d.MountOptions = mountOf(path)
+	if m, ok := mountOf(path); ok {
+		d.MountPoint, d.MountSource, d.MountFSType, d.MountOptions = m.Point, m.Source, m.FSType, m.Options
+	}
 	d.FileSystem = d.MountFSType
 	mm, ok := blockDevOf(path)
 	d.DeviceNumbers = mm

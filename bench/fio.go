@@ -5,12 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/sluicefs/sluice/internal/rusage"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sluicefs/sluice/internal/sys/rusage"
 )
 
 // sysJob is one peer workload, in fio's terms: the fio runner passes it

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/device"
-	"github.com/sluicefs/sluice/internal/rusage"
+	"github.com/sluicefs/sluice/internal/sys/rusage"
 )
 
 // goRunner imitates fio's jobs with goroutines and pread/pwrite, for

@@ -3,11 +3,12 @@ package bench
 import (
 	"context"
 	"errors"
-	"github.com/sluicefs/sluice/internal/rusage"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicefs/sluice/internal/sys/rusage"
 )
 
 // loopResult is what measureLoop counted in its measured window.

@@ -179,9 +179,9 @@ func (k *kernelPeer) remove() error {
 
 // isMountPoint reports whether dir is a mount point.
 func isMountPoint(dir string) bool {
-	p, _, _, _ := mountOf(dir)
+	m, ok := mountOf(dir)
 	abs, _ := filepath.Abs(dir)
-	return p == abs
+	return ok && m.Point == abs
 }
 
 // checkKernelPeerTools returns why kernel peers cannot be made, or nil.

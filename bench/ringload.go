@@ -11,7 +11,7 @@ import (
 
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
-	"github.com/sluicefs/sluice/internal/rusage"
+	"github.com/sluicefs/sluice/internal/sys/rusage"
 	"github.com/sluicefs/sluice/ring"
 )
 

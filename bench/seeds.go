@@ -1,10 +1,10 @@
 package bench
 
-// The seeds' own numbers (../shared/seeds/README.md and the threads
-// themselves), for the tables' captions and the seed-ratio columns.
+// The seeds' own numbers, from the mailing-list threads named in README.md,
+// for the tables' captions and the seed-ratio columns.
 
-// Seed 001 (XFS 2011, Jörn Engel's seqrd table quoted in
-// 001_2aad1ccb01fe8637.txt): O_DIRECT sequential reads of one file, by
+// Seed 001 (XFS 2011, Jörn Engel's seqrd table in the linux-fsdevel thread
+// "Filesystem benchmarks on reasonably fast hardware", July 2011): O_DIRECT sequential reads of one file, by
 // block size and threads (1, 2, 4, 8, 16, 32 of the 1..128 measured).
 // The units are not stated in the thread (IOPS by their scale).
 var (

@@ -8,13 +8,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/faultdev"
 	"github.com/sluicefs/sluice/device/memdev"
-	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -30,7 +28,8 @@ func requireFUSE(t testing.TB) {
 }
 
 // mountEnv is a sluice engine on a memory device behind a fault-injecting
-// wrapper, with in-memory metadata, mounted on a temporary directory.
+// wrapper, with in-memory metadata (testvol, not crashable), mounted on a
+// temporary directory.
 type mountEnv struct {
 	t     testing.TB
 	mem   *memdev.Device
@@ -77,19 +76,15 @@ func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 	if o.size == 0 {
 		o.size = 256 << 20
 	}
-	mem, err := memdev.New(o.size, memdev.Options{IOUnit: o.ioUnit})
+	d, err := testvol.Format(testvol.Config{DeviceBytes: o.size, IOUnit: o.ioUnit, BlockSize: max(o.ioUnit, volume.DefaultBlockSize), NotCrashable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	memfs := vfs.NewMem()
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs, CreateIfMissing: true})
+	kv, err := d.OpenKV()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: max(o.ioUnit, volume.DefaultBlockSize)}); err != nil {
-		t.Fatal(err)
-	}
-	fault := faultdev.New(mem)
+	fault := faultdev.New(d.Mem)
 	v, err := volume.Attach(fault, kv)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +93,7 @@ func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &mountEnv{t: t, mem: mem, fault: fault, vol: v, eng: eng, logs: &syncBuffer{}}
+	e := &mountEnv{t: t, mem: d.Mem, fault: fault, vol: v, eng: eng, logs: &syncBuffer{}}
 	parent := t.TempDir()
 	if o.public {
 		parent = publicTempDir(t.(*testing.T))

@@ -9,13 +9,12 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice"
-	"github.com/sluicefs/sluice/internal/mountinfo"
+	"github.com/sluicefs/sluice/internal/sys/mountinfo"
 )
 
 // Mount problems that CheckMountpoint reports; errors.Is works on the
@@ -188,9 +187,6 @@ func (s *Server) Dir() string { return s.dir }
 // outside, or an abort.
 func (s *Server) Done() <-chan struct{} { return s.done }
 
-// Wait blocks until the mount has ended.
-func (s *Server) Wait() { <-s.done }
-
 // Unmount unmounts and waits for the serve loop to end. It fails with
 // EBUSY while files are open on the mount; see UnmountOptions for lazy and
 // forced unmounts. The engine stays open: close it afterwards.
@@ -284,21 +280,6 @@ func describeUnmountError(dir string, err error) error {
 		return fmt.Errorf("unmounting %s: %w (it is not a mount point)", dir, err)
 	}
 	return fmt.Errorf("unmounting %s: %w", dir, err)
-}
-
-// WaitUnmounted polls until dir is no longer a mount point or the timeout
-// passes, and reports whether it is gone.
-func WaitUnmounted(dir string, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if _, ok := FindMount(dir); !ok {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // abortConnection aborts the FUSE connection of the mount on dir through

@@ -105,19 +105,6 @@ func (a Access) String() string {
 	return fmt.Sprintf("Access(%d)", int(a))
 }
 
-// ParseAccess parses "auto", "everyone" or "mounter".
-func ParseAccess(s string) (Access, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "auto":
-		return AccessAuto, nil
-	case "everyone":
-		return AccessEveryone, nil
-	case "mounter":
-		return AccessMounter, nil
-	}
-	return 0, fmt.Errorf("unknown access %q: use auto, everyone or mounter", s)
-}
-
 // Options configures Mount and New. The zero value is valid: every field
 // has a default.
 type Options struct {

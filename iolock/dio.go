@@ -16,8 +16,9 @@ import (
 //
 // The engine calls Begin before submitting the first device I/O of a direct
 // read or write and End in its completion, after unwritten-extent conversion
-// and the size update and before any O_SYNC/O_DSYNC flush (DESIGN.md section
-// 4, completion order). Operations that change the file's size or layout
+// and the size update and before any O_SYNC/O_DSYNC flush, the order of the
+// kernel's iomap_dio_complete (->end_io, which is xfs_dio_write_end_io for
+// XFS, then inode_dio_end, then generic_write_sync). Operations that change the file's size or layout
 // (truncate, punch, fallocate, EOF zeroing, the exclusive sub-block write)
 // call Wait while holding the inode's Lock Exclusive: Exclusive stops new
 // submissions, and Wait lets the ones already submitted under an earlier

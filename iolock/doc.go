@@ -101,8 +101,8 @@
 // # Which operation takes which mode
 //
 // The engine decides; this table is its contract and the only copy of it
-// (the engine's docs point here), from DESIGN.md section 4 and the XFS
-// functions named in the last column. "classic" and "concurrent" are the
+// (the engine's docs point here), following the XFS functions named in the
+// last column. "classic" and "concurrent" are the
 // engine's Policy presets (all seed optimisations off, or on); "same" means
 // as classic. Each cell starts with the modes the operation is granted, in
 // order, up to the first ";": "Shared, Exclusive" is a Shared hold dropped
@@ -181,8 +181,8 @@
 // An asynchronous direct I/O (the ring) is submitted under the Lock and may
 // complete after the Lock is released. DIO counts such I/Os: Begin before the
 // first device I/O is submitted, End in completion after unwritten-extent
-// conversion and the size update (the completion order in DESIGN.md section
-// 4). Wait blocks until the count is zero. The count can stay at zero only
+// conversion and the size update (the kernel's iomap_dio_complete: ->end_io,
+// then inode_dio_end). Wait blocks until the count is zero. The count can stay at zero only
 // while nobody calls Begin, so Wait's caller must hold the Lock Exclusive,
 // which stops new submissions; this is the "drain" of the table.
 //

@@ -7,19 +7,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/faultdev"
 	"github.com/sluicefs/sluice/device/memdev"
-	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/volume"
 )
 
 // env is a file system on a memory device behind a fault-injecting
-// wrapper, with an in-memory Pebble: the root package's test environment,
-// rebuilt from exported parts.
+// wrapper, with an in-memory Pebble (testvol, not crashable), as the root
+// package's test environment.
 type env struct {
 	t     testing.TB
 	mem   *memdev.Device
@@ -38,19 +36,15 @@ func newEnv(t testing.TB, pol sluice.Policy) *env {
 
 func newEnvOpts(t testing.TB, opts sluice.Options) *env {
 	t.Helper()
-	mem, err := memdev.New(64<<20, memdev.Options{IOUnit: 512})
+	d, err := testvol.Format(testvol.Config{DeviceBytes: 64 << 20, IOUnit: 512, NotCrashable: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	memfs := vfs.NewMem()
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs, CreateIfMissing: true})
+	kv, err := d.OpenKV()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fault := faultdev.New(mem)
+	fault := faultdev.New(d.Mem)
 	v, err := volume.Attach(fault, kv)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +53,7 @@ func newEnvOpts(t testing.TB, opts sluice.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, mem: mem, fault: fault, vol: v, fs: fs}
+	e := &env{t: t, mem: d.Mem, fault: fault, vol: v, fs: fs}
 	t.Cleanup(func() {
 		e.openGates()
 		e.fs.Close()

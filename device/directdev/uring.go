@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/device"
-	"github.com/sluicefs/sluice/internal/uring"
+	"github.com/sluicefs/sluice/internal/sys/uring"
 )
 
 // uringBackend spreads requests over its rings. See the package

@@ -183,12 +183,12 @@ func runMetaFailure(t *testing.T, ops []metaOp, arm func(e *env)) {
 		t.Errorf("close after a shutdown: %v", err)
 	}
 	for seed := uint64(1); seed <= 2; seed++ {
-		mem, memfs := e.crashParts(seed)
-		r, err := checkVolume(mem, memfs)
+		d := e.disks.Crash(seed)
+		r, err := checkVolume(d)
 		if err != nil || !r.Clean() {
 			t.Errorf("crash %d: CheckVolume before mount: %v %v", seed, err, r)
 		}
-		e2, err := openEnv(t, e.cfg, mem, memfs)
+		e2, err := openEnv(t, e.cfg, d)
 		if err != nil {
 			t.Fatalf("crash %d: reopen: %v", seed, err)
 		}
@@ -216,13 +216,13 @@ func TestMountKeepsOrphanOnReadError(t *testing.T) {
 	if err := e.fs.SyncAll(); err != nil {
 		t.Fatal(err)
 	}
-	img, memfs := e.crashParts(1) // a crash while /o is open
+	d := e.disks.Crash(1) // a crash while /o is open
 	f.Close()
 	cfg := e.cfg
 	cfg.beforeMount = func(e *env) {
 		e.kv.FailGets(func(k []byte) bool { return bytes.Equal(k, meta.InodeKey(ino)) })
 	}
-	e2, err := openEnv(t, cfg, img, memfs)
+	e2, err := openEnv(t, cfg, d)
 	if err != nil {
 		return // refusing to mount is fine
 	}

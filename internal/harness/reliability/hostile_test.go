@@ -386,8 +386,9 @@ func hostileCases() []hostileCase {
 // errno, inside an *os.PathError or *os.LinkError, and changes nothing.
 func TestHostileInput(t *testing.T) {
 	h := newHostileEnv(t)
-	// Divergences from Linux found by this test, each a bug in the notes.
-	// (Cases that once diverged, B8-B10 of the notes, are fixed.)
+	// known maps a case whose errno or effect still differs from Linux to
+	// its engine bug (knownFailure). Empty: every divergence this test has
+	// found is fixed.
 	known := map[string]string{}
 	for _, c := range hostileCases() {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,11 +7,9 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/meta"
 )
-
-// metaDir is where the metadata database lives in the in-memory FS.
-const metaDir = "meta"
 
 // RecKV wraps the engine's metadata store (Pebble on a crashable in-memory
 // FS) and records every committed transaction since the last sync, so that
@@ -48,9 +46,9 @@ type kvWrite struct {
 
 var _ meta.KV = (*RecKV)(nil)
 
-// openRecKV opens (or creates) the metadata database on fs.
-func openRecKV(fs *vfs.MemFS, create bool) (*RecKV, error) {
-	kv, err := meta.OpenPebble(metaDir, meta.PebbleOptions{FS: fs, CreateIfMissing: create})
+// openRecKV opens the metadata database on fs (testvol.MetaDir).
+func openRecKV(fs *vfs.MemFS) (*RecKV, error) {
+	kv, err := meta.OpenPebble(testvol.MetaDir, meta.PebbleOptions{FS: fs})
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +98,7 @@ func (k *RecKV) crashPrefix(upTo uint64) (*RecKV, uint64, error) {
 	upTo = min(max(upTo, k.mu.synced), k.mu.commits)
 	redo := k.mu.log[:upTo-k.mu.synced]
 	k.mu.Unlock()
-	rk, err := openRecKV(clone, false)
+	rk, err := openRecKV(clone)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reopening the synced metadata: %w", err)
 	}

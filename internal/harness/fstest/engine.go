@@ -6,12 +6,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	sluice "github.com/sluicefs/sluice"
-	"github.com/sluicefs/sluice/device/memdev"
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/meta"
-	"github.com/sluicefs/sluice/volume"
 )
 
 // EngineConfig describes a sluice file system on memory devices.
@@ -34,11 +31,11 @@ type EngineConfig struct {
 }
 
 // Engine is a Target over a sluice file system formatted on a memdev data
-// device and an in-memory Pebble, through the engine's path API.
+// device and an in-memory Pebble (testvol, not crashable), through the
+// engine's path API.
 type Engine struct {
 	name  string
-	mem   *memdev.Device
-	memfs *vfs.MemFS
+	disks *testvol.Disks
 	opts  sluice.Options
 	kv    meta.KV
 	fs    *sluice.FS
@@ -51,32 +48,11 @@ var _ Remounter = (*Engine)(nil)
 
 // NewEngine formats and opens a file system as cfg says.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
-	if cfg.DeviceBytes == 0 {
-		cfg.DeviceBytes = 64 << 20
-	}
-	if cfg.IOUnit == 0 {
-		cfg.IOUnit = 512
-	}
-	if cfg.BlockSize == 0 {
-		cfg.BlockSize = 4096
-	}
-	mem, err := memdev.New(cfg.DeviceBytes, memdev.Options{IOUnit: cfg.IOUnit})
+	d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.DeviceBytes, IOUnit: cfg.IOUnit, BlockSize: cfg.BlockSize, NotCrashable: true})
 	if err != nil {
 		return nil, err
 	}
-	memfs := vfs.NewMem()
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs, CreateIfMissing: true})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: cfg.BlockSize}); err != nil {
-		kv.Close()
-		return nil, err
-	}
-	if err := kv.Close(); err != nil {
-		return nil, err
-	}
-	e := &Engine{name: cfg.Name, mem: mem, memfs: memfs, opts: cfg.Options}
+	e := &Engine{name: cfg.Name, disks: d, opts: cfg.Options}
 	if err := e.open(); err != nil {
 		return nil, err
 	}
@@ -87,22 +63,17 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 }
 
 func (e *Engine) open() error {
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: e.memfs})
+	v, err := e.disks.Attach()
 	if err != nil {
-		return err
-	}
-	v, err := volume.Attach(e.mem, kv)
-	if err != nil {
-		kv.Close()
 		return err
 	}
 	opts := e.opts
 	fs, err := sluice.OpenVolume(v, &opts)
 	if err != nil {
-		kv.Close()
+		v.KV.Close()
 		return err
 	}
-	e.kv, e.fs = kv, fs
+	e.kv, e.fs = v.KV, fs
 	return nil
 }
 
@@ -146,7 +117,7 @@ func (e *Engine) Close() error {
 		err = errors.Join(e.fs.Close(), e.kv.Close())
 		e.fs, e.kv = nil, nil
 	}
-	return errors.Join(err, e.mem.Close())
+	return errors.Join(err, e.disks.Mem.Close())
 }
 
 // Name implements Target.

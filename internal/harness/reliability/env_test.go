@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"sort"
 	"strings"
@@ -14,18 +13,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
-
 	sluice "github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/faultdev"
-	"github.com/sluicefs/sluice/device/memdev"
-	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/volume"
 )
 
 // runKnownFailures runs the tests marked as known engine failures instead
-// of skipping them: go test ./internal/reliability -run X -known-failures.
+// of skipping them: go test ./internal/harness/reliability -run X -known-failures.
 var runKnownFailures = flag.Bool("known-failures", false, "run the tests marked as known engine failures (see its issue)")
 
 // knownFailure skips the rest of the test because of engine bug id of
@@ -48,13 +44,14 @@ func knownFailure(t testing.TB, id, what string) {
 //	        memdev.Device (crashable)
 //	    faultKV (fails metadata commits and syncs on demand)
 //	      Pebble on a crashable vfs.MemFS
+//
+// The memdev and the MemFS are a testvol.Disks.
 type env struct {
 	t     testing.TB
 	cfg   envConfig
-	mem   *memdev.Device
+	disks *testvol.Disks
 	lossy *lossyDev // nil unless cfg.lossy
 	dev   *faultdev.Device
-	memfs *vfs.MemFS
 	kv    *faultKV
 	vol   *volume.Volume
 	fs    *sluice.FS
@@ -87,40 +84,29 @@ func (c *envConfig) ensureDefaults() {
 func newEnv(t testing.TB, cfg envConfig) *env {
 	t.Helper()
 	cfg.ensureDefaults()
-	mem, err := memdev.New(cfg.size, memdev.Options{})
+	d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.size, BlockSize: cfg.blockSize})
 	if err != nil {
 		t.Fatal(err)
 	}
-	memfs := vfs.NewCrashableMem()
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs, CreateIfMissing: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: cfg.blockSize}); err != nil {
-		t.Fatal(err)
-	}
-	if err := kv.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e, err := openEnv(t, cfg, mem, memfs)
+	e, err := openEnv(t, cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return e
 }
 
-// openEnv opens the file system held by mem and memfs.
-func openEnv(t testing.TB, cfg envConfig, mem *memdev.Device, memfs *vfs.MemFS) (*env, error) {
+// openEnv opens the file system held by d.
+func openEnv(t testing.TB, cfg envConfig, d *testvol.Disks) (*env, error) {
 	t.Helper()
 	cfg.ensureDefaults()
-	pkv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs})
+	pkv, err := d.OpenKV()
 	if err != nil {
 		return nil, err
 	}
-	e := &env{t: t, cfg: cfg, mem: mem, memfs: memfs, kv: newFaultKV(pkv)}
-	var inner device.Device = mem
+	e := &env{t: t, cfg: cfg, disks: d, kv: newFaultKV(pkv)}
+	var inner device.Device = d.Mem
 	if cfg.lossy {
-		e.lossy = newLossyDev(mem)
+		e.lossy = newLossyDev(d.Mem)
 		inner = e.lossy
 	}
 	e.dev = faultdev.New(inner)
@@ -185,8 +171,8 @@ func closeWithin(fs *sluice.FS, d time.Duration) bool {
 
 // crash returns the environment a power failure now could leave: the data
 // device's crash image for seed and the metadata as last synced plus a
-// seeded part of what was not. The original keeps running (the caller
-// usually abandons it).
+// seeded part of what was not (testvol.Disks.Crash). The original keeps
+// running (the caller usually abandons it).
 func (e *env) crash(seed uint64) *env {
 	e.t.Helper()
 	e2, err := e.tryCrash(seed)
@@ -197,32 +183,19 @@ func (e *env) crash(seed uint64) *env {
 }
 
 func (e *env) tryCrash(seed uint64) (*env, error) {
-	img, memfs := e.crashParts(seed)
 	cfg := e.cfg
 	cfg.lossy = false
-	return openEnv(e.t, cfg, img, memfs)
+	return openEnv(e.t, cfg, e.disks.Crash(seed))
 }
 
-// crashParts returns the devices a power failure now could leave.
-func (e *env) crashParts(seed uint64) (*memdev.Device, *vfs.MemFS) {
-	img := e.mem.CrashImage(seed)
-	rng := rand.New(rand.NewPCG(seed, 7))
-	memfs := e.memfs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: rng.IntN(101), RNG: rand.New(rand.NewPCG(seed, 9))})
-	return img, memfs
-}
-
-// checkVolume runs sluice.CheckVolume on the volume held by mem and memfs
-// without mounting it (so orphans are not yet freed, nothing is changed).
-func checkVolume(mem *memdev.Device, memfs *vfs.MemFS) (*sluice.CheckReport, error) {
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs})
+// checkVolume runs sluice.CheckVolume on the volume held by d without
+// mounting it (so orphans are not yet freed, nothing is changed).
+func checkVolume(d *testvol.Disks) (*sluice.CheckReport, error) {
+	v, err := d.Attach()
 	if err != nil {
 		return nil, err
 	}
-	defer kv.Close()
-	v, err := volume.Attach(mem, kv)
-	if err != nil {
-		return nil, err
-	}
+	defer v.KV.Close()
 	return sluice.CheckVolume(v)
 }
 
@@ -240,11 +213,9 @@ func (e *env) reopen() *env {
 // copyAfterClose opens copies of the devices of a closed file system.
 func (e *env) copyAfterClose() *env {
 	e.t.Helper()
-	img := e.mem.CrashImageWith(func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Keep} })
-	memfs := e.memfs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
 	cfg := e.cfg
 	cfg.lossy = false
-	e2, err := openEnv(e.t, cfg, img, memfs)
+	e2, err := openEnv(e.t, cfg, e.disks.Copy())
 	if err != nil {
 		e.t.Fatalf("reopen: %v", err)
 	}

@@ -138,8 +138,8 @@ func (s *soak) fail(format string, args ...any) {
 }
 
 // failData reports a worker that read back bytes other than those it
-// wrote. It is reported from the test goroutine (see TestSoak) because,
-// until B13 is fixed, it is a known failure.
+// wrote: it stops the soak, and TestSoak fails with every wrong read the
+// workers saw once they have stopped, so that one report holds them all.
 func (s *soak) failData(format string, args ...any) {
 	s.dataMu.Lock()
 	s.dataErrs = append(s.dataErrs, fmt.Sprintf(format, args...))

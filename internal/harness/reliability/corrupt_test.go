@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"testing"
-
-	"github.com/cockroachdb/pebble/v2/vfs"
 
 	sluice "github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/memdev"
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/volume"
 )
@@ -29,8 +27,7 @@ import (
 // (unwritten) space, directories, a hard link, a symlink, xattrs and an
 // orphan (a file unlinked while open).
 type volTemplate struct {
-	mem      *memdev.Device
-	memfs    *vfs.MemFS
+	disks    *testvol.Disks
 	files    map[string][]byte
 	symlinks map[string]string
 	xattrs   map[string]map[string]string
@@ -103,13 +100,12 @@ func buildTemplate(t testing.TB) *volTemplate {
 		t.Fatal(err)
 	}
 	// The image, with the orphan still open.
-	tpl.mem = e.mem.CrashImageWith(func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Keep} })
-	tpl.memfs = e.memfs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
+	tpl.disks = e.disks.Copy()
 	orph.Close()
 	e.abandon()
 
 	// Every key, and where the data lives.
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: tpl.clone().memfs})
+	kv, err := tpl.clone().OpenKV()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,14 +151,7 @@ func buildTemplate(t testing.TB) *volTemplate {
 }
 
 // clone returns independent copies of the template's devices.
-func (tpl *volTemplate) clone() (c struct {
-	mem   *memdev.Device
-	memfs *vfs.MemFS
-}) {
-	c.mem = tpl.mem.CrashImageWith(func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Keep} })
-	c.memfs = tpl.memfs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
-	return c
-}
+func (tpl *volTemplate) clone() *testvol.Disks { return tpl.disks.Copy() }
 
 // xorDevice XORs x into the device at off.
 func xorDevice(t testing.TB, mem *memdev.Device, off int64, x []byte) {
@@ -187,11 +176,11 @@ func xorDevice(t testing.TB, mem *memdev.Device, off int64, x []byte) {
 	}
 }
 
-// setRecord writes value v for key k in the metadata held by memfs, and
+// setRecord writes value v for key k in the metadata held by d, and
 // returns the value it had.
-func setRecord(t testing.TB, memfs *vfs.MemFS, k, v []byte) []byte {
+func setRecord(t testing.TB, d *testvol.Disks, k, v []byte) []byte {
 	t.Helper()
-	kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: memfs})
+	kv, err := d.OpenKV()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,14 +235,14 @@ func (o *corruptOutcome) flagged() bool {
 
 // evaluate checks, then mounts the corrupted copy and reads every object
 // of the template back.
-func (tpl *volTemplate) evaluate(t testing.TB, mem *memdev.Device, memfs *vfs.MemFS) *corruptOutcome {
+func (tpl *volTemplate) evaluate(t testing.TB, d *testvol.Disks) *corruptOutcome {
 	t.Helper()
 	o := &corruptOutcome{errs: map[string]error{}}
-	o.report, o.attachErr = checkVolume(mem, memfs)
+	o.report, o.attachErr = checkVolume(d)
 	if o.attachErr != nil {
 		o.report = nil
 	}
-	e, err := openEnv(t, envConfig{size: 8 << 20}, mem, memfs)
+	e, err := openEnv(t, envConfig{size: 8 << 20}, d)
 	if err != nil {
 		if o.attachErr == nil {
 			o.openErr = err
@@ -310,15 +299,15 @@ func TestCorruptHeader(t *testing.T) {
 	tpl := buildTemplate(t)
 	for i := range volume.HeaderSize {
 		c := tpl.clone()
-		xorDevice(t, c.mem, int64(i), []byte{1 << (i % 8)})
-		o := tpl.evaluate(t, c.mem, c.memfs)
+		xorDevice(t, c.Mem, int64(i), []byte{1 << (i % 8)})
+		o := tpl.evaluate(t, c)
 		if !errors.Is(o.attachErr, volume.ErrBadHeader) {
 			t.Errorf("header byte %d flipped: attach: %v, want ErrBadHeader", i, o.attachErr)
 		}
 	}
 	c := tpl.clone()
-	xorDevice(t, c.mem, volume.HeaderSize, bytes.Repeat([]byte{0xa5}, 4096-volume.HeaderSize))
-	if o := tpl.evaluate(t, c.mem, c.memfs); o.flagged() || len(o.wrong) > 0 || len(o.errs) > 0 {
+	xorDevice(t, c.Mem, volume.HeaderSize, bytes.Repeat([]byte{0xa5}, 4096-volume.HeaderSize))
+	if o := tpl.evaluate(t, c); o.flagged() || len(o.wrong) > 0 || len(o.errs) > 0 {
 		t.Errorf("bytes after the header changed: attach %v, open %v, wrong %v, errors %v", o.attachErr, o.openErr, o.wrong, o.errs)
 	}
 }
@@ -354,7 +343,7 @@ func TestCorruptRecords(t *testing.T) {
 				}
 				return pattern(len(old)+3, uint64(ki))
 			}
-			kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: c.memfs})
+			kv, err := c.OpenKV()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -364,12 +353,12 @@ func TestCorruptRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 			nv := corrupt(old)
-			setRecord(t, c.memfs, k, nv)
+			setRecord(t, c, k, nv)
 			what := fmt.Sprintf("record %q (%c) way %d", k, k[0], way)
 			if decodesAsValid(k, nv) {
 				t.Fatalf("%s: the corrupted value decodes: test setup", what)
 			}
-			o := tpl.evaluate(t, c.mem, c.memfs)
+			o := tpl.evaluate(t, c)
 			if len(o.wrong) > 0 {
 				t.Errorf("%s: read back wrong with no error: %v", what, o.wrong)
 			}
@@ -407,8 +396,8 @@ func TestCorruptDataIsNotChecksummed(t *testing.T) {
 	}
 	for i, r := range tpl.data {
 		c := tpl.clone()
-		xorDevice(t, c.mem, r[0]+r[1]/2, []byte{0x10})
-		o := tpl.evaluate(t, c.mem, c.memfs)
+		xorDevice(t, c.Mem, r[0]+r[1]/2, []byte{0x10})
+		o := tpl.evaluate(t, c)
 		if o.flagged() || len(o.errs) > 0 {
 			t.Errorf("extent %d: a data bit flip was refused or reported: attach %v, open %v, report %v, errors %v", i, o.attachErr, o.openErr, o.report, o.errs)
 		}
@@ -438,10 +427,10 @@ func FuzzCorruptVolume(f *testing.F) {
 			if len(val) == 0 {
 				return
 			}
-			xorDevice(t, c.mem, int64(pos%4096), val)
+			xorDevice(t, c.Mem, int64(pos%4096), val)
 		case 1: // a metadata record
 			key = tpl.keys[int(pos&0xffff)%len(tpl.keys)]
-			kv, err := meta.OpenPebble("meta", meta.PebbleOptions{FS: c.memfs})
+			kv, err := c.OpenKV()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -456,15 +445,15 @@ func FuzzCorruptVolume(f *testing.F) {
 				b := int(pos>>16) % (len(nv) * 8)
 				nv[b/8] ^= 1 << (b % 8)
 			}
-			setRecord(t, c.memfs, key, nv)
+			setRecord(t, c, key, nv)
 		case 2: // the data image
 			if len(val) == 0 || len(tpl.data) == 0 {
 				return
 			}
 			r := tpl.data[int(pos)%len(tpl.data)]
-			xorDevice(t, c.mem, r[0]+int64(pos>>8)%r[1], val)
+			xorDevice(t, c.Mem, r[0]+int64(pos>>8)%r[1], val)
 		}
-		o := tpl.evaluate(t, c.mem, c.memfs)
+		o := tpl.evaluate(t, c)
 		for obj, err := range o.errs {
 			if errnoOf(err) == 0 {
 				t.Errorf("%s: %v carries no errno", obj, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device/faultdev"
 	"github.com/sluicefs/sluice/device/memdev"
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -71,23 +72,20 @@ type Env struct {
 	fence *flushFence
 }
 
-// NewEnv formats a new volume and opens a file system on it.
+// NewEnv formats a new volume (testvol.Format) and opens a file system on
+// it. The metadata commits that formatting made are synced: the RecKV's
+// log starts empty.
 func NewEnv(cfg EnvConfig) (*Env, error) {
 	cfg.ensureDefaults()
-	mem, err := memdev.New(cfg.DeviceBytes, memdev.Options{IOUnit: cfg.IOUnit})
+	d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.DeviceBytes, IOUnit: cfg.IOUnit, BlockSize: cfg.BlockSize})
 	if err != nil {
 		return nil, err
 	}
-	memfs := vfs.NewCrashableMem()
-	kv, err := openRecKV(memfs, true)
+	kv, err := openRecKV(d.MemFS)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: cfg.BlockSize}); err != nil {
-		kv.Close()
-		return nil, err
-	}
-	e, _, err := attach(mem, memfs, kv, cfg.Options, false)
+	e, _, err := attach(d.Mem, d.MemFS, kv, cfg.Options, false)
 	if e != nil {
 		e.fence.lie = cfg.lyingFlush
 	}
@@ -192,7 +190,7 @@ func (img *Image) Open(opts sluice.Options) (*Env, *sluice.CheckReport, error) {
 	kv := img.kv
 	if kv == nil {
 		var err error
-		if kv, err = openRecKV(img.MemFS, false); err != nil {
+		if kv, err = openRecKV(img.MemFS); err != nil {
 			return nil, nil, fmt.Errorf("reopening the metadata: %w", err)
 		}
 	}

@@ -45,9 +45,6 @@ func (s *Script) Do(ops ...Op) error {
 	return nil
 }
 
-// Ino returns the inode number of path, from the model.
-func (s *Script) Ino(path string) sluice.Ino { return s.w.m.ns[path].ino }
-
 // Ops returns the ops run so far.
 func (s *Script) Ops() []Op { return s.w.log }
 

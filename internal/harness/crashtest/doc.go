@@ -6,7 +6,7 @@
 //
 // # The stack
 //
-// Env is a file system on
+// Env is a file system on a volume that testvol.Format made:
 //
 //	sluice.FS -> faultdev -> flush fence -> memdev            (data)
 //	          -> RecKV -> Pebble -> vfs.NewCrashableMem       (metadata)
@@ -77,10 +77,10 @@
 //
 // # Running
 //
-//	go test ./internal/crashtest/                           # CI campaign (DefaultPoints crash points)
-//	go test -tags soak ./internal/crashtest/                # the soak campaign
-//	go test ./internal/crashtest/ -crashtest.points=N       # N crash points
-//	go test ./internal/crashtest/ -run TestCrashCampaign -crashtest.seed=S [-crashtest.point=P]
+//	go test ./internal/harness/crashtest/                      # CI campaign (DefaultPoints crash points)
+//	go test -tags soak ./internal/harness/crashtest/           # the soak campaign
+//	go test ./internal/harness/crashtest/ -crashtest.points=N  # N crash points
+//	go test ./internal/harness/crashtest/ -run TestCrashCampaign -crashtest.seed=S [-crashtest.point=P]
 //
 // A failure prints its seed and the command that replays it, the crash
 // (metadata kept, device fates), the problems and the op log. Script runs

@@ -140,15 +140,6 @@ func (g *Generator) entries() []entry {
 	return out
 }
 
-// Lookup returns the model inode path names, or nil.
-func (g *Generator) Lookup(path string) *mnode {
-	n, err := g.Model.lookup(path)
-	if err != nil {
-		return nil
-	}
-	return n
-}
-
 // slot returns the model handle in slot i, or nil if it was never opened.
 func (g *Generator) slot(i int) *modelHandle {
 	h, _ := g.run.Handle(i).(*modelHandle)

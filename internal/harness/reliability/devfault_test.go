@@ -33,7 +33,7 @@ func (e *env) writeDurable(path string, n int, seed uint64) ([]byte, int64) {
 	if err := f.Fsync(); err != nil {
 		e.t.Fatal(err)
 	}
-	dev := findOnDevice(e.t, e.mem, data[:4096])
+	dev := findOnDevice(e.t, e.disks.Mem, data[:4096])
 	if dev < 0 {
 		e.t.Fatalf("%s: data not found on the device", path)
 	}

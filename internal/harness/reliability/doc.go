@@ -1,12 +1,12 @@
 // Package reliability holds sluice's reliability tests (issue 9, parts
 // 2-6): device faults, a full device, fuzzing, hostile input at the API
 // and a concurrency soak. It has no non-test code but this manual; the
-// crash campaign lives in internal/crashtest.
+// crash campaign lives in internal/harness/crashtest.
 //
 // # The stack
 //
 // Every test runs the engine (sluice.OpenVolume) over the same parts
-// (env_test.go):
+// (env_test.go; the memdev and the MemFS come from testvol.Format):
 //
 //	sluice.FS
 //	  volume.Volume
@@ -16,9 +16,10 @@
 //	    faultKV              fails metadata commits, syncs or reads on demand
 //	      Pebble on a crashable vfs.MemFS
 //
-// env.crash(seed) builds what a power failure now could leave (memdev's
-// crash image, Pebble's crash clone) and mounts it; env.reopen closes
-// cleanly and mounts copies. snapshot() walks a whole tree (types, modes,
+// env.crash(seed) builds what a power failure now could leave
+// (testvol.Disks.Crash: memdev's crash image, Pebble's crash clone) and
+// mounts it; env.reopen closes cleanly and mounts copies
+// (testvol.Disks.Copy). snapshot() walks a whole tree (types, modes,
 // links, sizes, blocks, times, symlink targets, xattrs, contents) so a test
 // can say "this call changed nothing".
 //
@@ -98,12 +99,12 @@
 //
 // # Running
 //
-//	go test -race ./internal/reliability/                 # CI: seeds, ~20s soak
-//	go test ./internal/reliability/ -run TestSoak -soak 10m
-//	go test ./internal/reliability/ -run TestSoak -soak 1m -soak-workers 1 -soak-kinds 0,2,4 -soak-modes zero
-//	go test ./internal/reliability/ -args -known-failures # run what is marked as a known engine bug
-//	internal/reliability/fuzz.sh 5m                       # every fuzz target, 5 minutes each
-//	go test ./internal/reliability/ -run TestSeedCorpora -args -write-seed-corpus
+//	go test -race ./internal/harness/reliability/         # CI: seeds, ~20s soak
+//	go test ./internal/harness/reliability/ -run TestSoak -soak 10m
+//	go test ./internal/harness/reliability/ -run TestSoak -soak 1m -soak-workers 1 -soak-kinds 0,2,4 -soak-modes zero
+//	go test ./internal/harness/reliability/ -args -known-failures  # run what is marked as a known engine bug
+//	internal/harness/reliability/fuzz.sh 5m                        # every fuzz target, 5 minutes each
+//	go test ./internal/harness/reliability/ -run TestSeedCorpora -args -write-seed-corpus
 //
 // Tests of engine bugs not yet fixed call knownFailure with the bug's
 // number in the issue tracker: they skip unless

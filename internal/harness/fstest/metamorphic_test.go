@@ -106,9 +106,9 @@ func skipKnownBugs(g *Generator, op Op) string {
 // the engine's consistency check clean, and the trees the same again after
 // a clean remount.
 //
-//	go test ./internal/fstest -run TestMetamorphic -fstest.seed=N -v  # replay one
-//	go test ./internal/fstest -run TestMetamorphic -fstest.n=500      # more
-//	go test ./internal/fstest -run TestMetamorphic -fstest.first=1000 # others
+//	go test ./internal/harness/fstest -run TestMetamorphic -fstest.seed=N -v  # replay one
+//	go test ./internal/harness/fstest -run TestMetamorphic -fstest.n=500      # more
+//	go test ./internal/harness/fstest -run TestMetamorphic -fstest.first=1000 # others
 func TestMetamorphic(t *testing.T) {
 	var seeds []uint64
 	switch {
@@ -147,7 +147,7 @@ func runSequence(t *testing.T, seed uint64) {
 		Ops: ops, MaxFileBytes: cfg.fileBytes, MaxIOBytes: cfg.ioBytes, LargeIOPct: cfg.largeIOPct,
 		BlockSize: int64(cfg.blockSize), DirectAlign: int64(cfg.ioUnit), Skip: skipKnownBugs,
 	})
-	replay := fmt.Sprintf("replay: go test ./internal/fstest -run 'TestMetamorphic/seed=%d$' -fstest.seed=%d -v", seed, seed)
+	replay := fmt.Sprintf("replay: go test ./internal/harness/fstest -run 'TestMetamorphic/seed=%d$' -fstest.seed=%d -v", seed, seed)
 	if *flagV {
 		for i, s := range steps {
 			t.Logf("%4d %v -> %v", i, s.Op, s.Result)

@@ -126,13 +126,11 @@ type Failure struct {
 	Ops [][]Op
 }
 
-func (f *Failure) Error() string { return f.Report(40) }
-
 // Report formats the failure, with at most lastOps ops of each list.
 func (f *Failure) Report(lastOps int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "crash test case %s\n", f.Config)
-	fmt.Fprintf(&b, "replay: go test ./internal/crashtest/ -run TestCrashCampaign -crashtest.seed=%d", f.Config.Seed)
+	fmt.Fprintf(&b, "replay: go test ./internal/harness/crashtest/ -run TestCrashCampaign -crashtest.seed=%d", f.Config.Seed)
 	if f.Point > 0 && f.Config.Workers == 1 {
 		fmt.Fprintf(&b, " -crashtest.point=%d", f.Point)
 	}

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of internal/reliability for a while, one after the
-# other (go test -fuzz takes one target per run). CI runs the committed seed
+# Runs every fuzz target of internal/harness/reliability for a while, one after
+# the other (go test -fuzz takes one target per run). CI runs the committed seed
 # corpora (testdata/fuzz) as ordinary tests; this script is for longer runs:
 #
-#   internal/reliability/fuzz.sh                        # 30s per target
-#   FUZZTIME=10m internal/reliability/fuzz.sh
-#   internal/reliability/fuzz.sh 2m FuzzPaths FuzzCorruptVolume
-#   FUZZFLAGS="-parallel 4" internal/reliability/fuzz.sh 5m
+#   internal/harness/reliability/fuzz.sh                # 30s per target
+#   FUZZTIME=10m internal/harness/reliability/fuzz.sh
+#   internal/harness/reliability/fuzz.sh 2m FuzzPaths FuzzCorruptVolume
+#   FUZZFLAGS="-parallel 4" internal/harness/reliability/fuzz.sh 5m
 #
 # A failing input is written to testdata/fuzz/<Target>/ by go test; commit it
 # with the fix so it stays a regression test. New interesting inputs stay in

@@ -2,7 +2,6 @@ package crashtest
 
 import (
 	"encoding/binary"
-	"fmt"
 )
 
 // SectorSize is the unit of every workload write, truncate and space
@@ -22,8 +21,6 @@ type Tag struct {
 	Seq  uint64
 	Off  int64
 }
-
-func (t Tag) String() string { return fmt.Sprintf("{file %#x write %d off %d}", t.File, t.Seq, t.Off) }
 
 // fillSector writes the sector of tag t into p (len(p) == SectorSize): the
 // header, then a filler derived from the header, so that a sector whose

@@ -104,7 +104,7 @@ func TestSeedCorpora(t *testing.T) {
 			}
 			got, err := os.ReadFile(p)
 			if err != nil || string(got) != string(want) {
-				t.Errorf("%s is missing or stale: run go test ./internal/reliability -run TestSeedCorpora -write-seed-corpus", p)
+				t.Errorf("%s is missing or stale: run go test ./internal/harness/reliability -run TestSeedCorpora -write-seed-corpus", p)
 			}
 		}
 	}
