@@ -647,3 +647,41 @@ func (in *inode) allocHint(fb uint64) uint64 {
 	span := in.fs.devBlocks - in.fs.dataStart
 	return in.fs.dataStart + (uint64(in.ino)*2654435761)%span
 }
+
+// batchDone runs when the op's device requests have completed.
+func (op *dioOp) batchDone(err error) {
+	if !op.write {
+		op.in.dio.End()
+		if err != nil {
+			op.complete(0, err)
+		} else {
+			op.complete(op.n, nil)
+		}
+		return
+	}
+	in := op.in
+	if len(op.conv) > 0 || op.k.dsync || op.extends || in.pages.Len() > 0 {
+		// Work that may block (a metadata commit, a sync, page
+		// invalidation) runs off the device's completion goroutine,
+		// like the kernel's s_dio_done_wq.
+		go op.finishWrite(err)
+	} else {
+		op.finishWrite(err)
+	}
+}
+
+func (op *dioOp) finishWrite(err error) {
+	in := op.in
+	in.finishDirectWrite(op.off, op.end, op.conv, op.extends, err)
+	if err == nil && op.k.dsync {
+		err = in.fs.group.sync()
+	}
+	if op.holdLock {
+		in.io.Unlock(op.mode)
+	}
+	if err != nil {
+		op.complete(0, err)
+	} else {
+		op.complete(int(op.end-op.off), nil)
+	}
+}
