@@ -12,27 +12,6 @@ import (
 // Buffered I/O through the page cache (seeds 003 and 004). See the
 // pagecache package for page states and waiters.
 
-// pageRange returns the indexes of the first and last pages that hold
-// bytes of [off, end) (end > off).
-func (in *inode) pageRange(off, end int64) (first, last uint64) {
-	ps := int64(in.fs.cache.PageSize())
-	if end <= off {
-		end = off + 1
-	}
-	return uint64(off / ps), uint64((end - 1) / ps)
-}
-
-// pageLen returns how many bytes of page idx lie below EOF size (the NFS
-// client's nfs_folio_length): 0 for a page wholly past EOF.
-func (in *inode) pageLen(idx uint64, size int64) int {
-	ps := int64(in.fs.cache.PageSize())
-	start := int64(idx) * ps
-	if size <= start {
-		return 0
-	}
-	return int(min(ps, size-start))
-}
-
 // rbwReason is readBeforeWrite's answer: whether the old bytes are read
 // before a write, and why.
 type rbwReason uint8

@@ -26,14 +26,6 @@ func (fs *FS) checkDirect(buf []byte, off int64) error {
 	return nil
 }
 
-// blockRange returns the file blocks [first, first+n) that cover the byte
-// range [off, end).
-func (fs *FS) blockRange(off, end int64) (first, n uint64) {
-	first = uint64(off >> fs.blockShift)
-	last := uint64((end + fs.blockSize - 1) >> fs.blockShift)
-	return first, last - first
-}
-
 // directRead is the O_DIRECT read path (analogous to xfs_file_dio_read
 // and iomap_dio_rw).
 //
@@ -150,19 +142,6 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 func (in *inode) dioBegin() {
 	in.dio.Begin()
 	storeMax(&in.fs.counters.MaxDirectInFlightFile, int64(in.dio.InFlight()))
-}
-
-// clip returns the byte range where segment s meets [off, end).
-func (fs *FS) clip(s extmap.Segment, off, end int64) (lo, hi int64) {
-	lo = max(off, int64(s.FileBlock)<<fs.blockShift)
-	hi = min(end, int64(s.FileBlock+s.Len)<<fs.blockShift)
-	return lo, hi
-}
-
-// devOffset returns the device byte offset of file byte pos, which lies in
-// mapped segment s.
-func (fs *FS) devOffset(s extmap.Segment, pos int64) int64 {
-	return int64(s.DevBlock)<<fs.blockShift + pos - int64(s.FileBlock)<<fs.blockShift
 }
 
 // directWrite is the O_DIRECT write path (xfs_file_dio_write): aligned

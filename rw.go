@@ -78,6 +78,3 @@ func clampToMaxSize(k *kiocb) error {
 	}
 	return nil
 }
-
-func roundUp(x, to int64) int64   { return (x + to - 1) / to * to }
-func roundDown(x, to int64) int64 { return x / to * to }
