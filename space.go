@@ -1,13 +1,10 @@
 package sluice
 
 import (
-	"errors"
 	"fmt"
 	"syscall"
 
-	"github.com/sluicefs/sluice/alloc"
 	"github.com/sluicefs/sluice/device"
-	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/iolock"
 	"github.com/sluicefs/sluice/meta"
 )
@@ -17,33 +14,6 @@ import (
 // exclusive and drains in-flight direct I/O before it changes size or
 // blocks, so no direct write lands on a block after it was freed and no
 // completion moves the size after it was set.
-
-func allocExtent(dev, n uint64) alloc.Extent {
-	return alloc.Extent{Start: alloc.BlockNum(dev), Len: n}
-}
-
-// allocNear allocates up to want blocks from the caller's reservation,
-// near hint. When every free block is busy (freed by transactions not yet
-// durable), it makes them durable and retries.
-//
-// Preconditions: called inside fs.transact (commitMu held).
-func (fs *FS) allocNear(hint, want uint64) (alloc.Extent, error) {
-	if hint < fs.dataStart || hint >= fs.devBlocks {
-		hint = fs.dataStart
-	}
-	e, err := fs.alloc.AllocReserved(alloc.BlockNum(hint), want)
-	if errors.Is(err, alloc.ErrBusy) {
-		if serr := fs.kv.Sync(); serr != nil {
-			return e, eio(serr)
-		}
-		fs.alloc.Unbusy(fs.commit.seq)
-		e, err = fs.alloc.AllocReserved(alloc.BlockNum(hint), want)
-	}
-	if err != nil {
-		return e, errnof(syscall.ENOSPC, "allocating %d blocks: %v", want, err)
-	}
-	return e, nil
-}
 
 // lockSpace takes the I/O lock exclusive for a space operation and drains
 // direct I/O.
@@ -367,61 +337,4 @@ func (in *inode) stripPrivs() error {
 		in.privileged = false
 		return nil
 	})
-}
-
-// reserveDelalloc reserves space for file block blk, which a buffered
-// write is about to dirty, if it is a hole not reserved yet (delayed
-// allocation): a buffered write gets ENOSPC now rather than its writeback
-// later.
-func (in *inode) reserveDelalloc(blk uint64) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if _, ok := in.delalloc[blk]; ok {
-		return nil
-	}
-	m, err := in.extentsLocked()
-	if err != nil {
-		return err
-	}
-	var one [1]extmap.Segment
-	if s := m.Lookup(blk, 1, one[:0]); !s[0].Hole {
-		return nil
-	}
-	if err := in.fs.alloc.Reserve(1); err != nil {
-		return syscall.ENOSPC
-	}
-	if in.delalloc == nil {
-		in.delalloc = map[uint64]struct{}{}
-	}
-	in.delalloc[blk] = struct{}{}
-	return nil
-}
-
-// takeDelallocLocked reports whether blk held a reservation, and forgets
-// it (the caller's allocation consumes it).
-//
-// Preconditions: in.mu is held.
-func (in *inode) takeDelallocLocked(blk uint64) bool {
-	if _, ok := in.delalloc[blk]; ok {
-		delete(in.delalloc, blk)
-		return true
-	}
-	return false
-}
-
-// releaseDelalloc gives back the reservations of blocks >= from (their
-// dirty pages were dropped: truncate, unlink).
-func (in *inode) releaseDelalloc(from uint64) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	var n uint64
-	for blk := range in.delalloc {
-		if blk >= from {
-			delete(in.delalloc, blk)
-			n++
-		}
-	}
-	if n > 0 {
-		_ = in.fs.alloc.Unreserve(n)
-	}
 }
