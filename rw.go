@@ -66,15 +66,3 @@ func (in *inode) write(k *kiocb) (int, error) {
 	}
 	return in.bufferedWrite(k)
 }
-
-// clampToMaxSize gives EFBIG for a write at or past the maximum file size
-// and shortens one that would cross it (generic_write_check_limits).
-func clampToMaxSize(k *kiocb) error {
-	if k.off >= maxFileSize {
-		return syscall.EFBIG
-	}
-	if int64(len(k.buf)) > maxFileSize-k.off {
-		k.buf = k.buf[:maxFileSize-k.off]
-	}
-	return nil
-}

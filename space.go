@@ -4,7 +4,6 @@ import (
 	"syscall"
 
 	"github.com/sluicefs/sluice/iolock"
-	"github.com/sluicefs/sluice/meta"
 )
 
 // Space operations: truncate, fallocate (allocate, punch, zero range),
@@ -223,55 +222,4 @@ func (in *inode) seekData(off int64, data bool) (int64, error) {
 	}
 	h := m.NextHole(fb)
 	return min(max(off, int64(h)*bs), size), nil
-}
-
-// needsPrivStrip reports whether a write must first clear set-user-ID,
-// set-group-ID (with group execute) or a security.capability attribute
-// (the kernel's !IS_NOSEC case). The answer is cached until a chmod or a
-// security.* xattr change.
-func (in *inode) needsPrivStrip() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.needsPrivStripLocked()
-}
-
-// needsPrivStripLocked is needsPrivStrip.
-//
-// Preconditions: in.mu is held.
-func (in *inode) needsPrivStripLocked() bool {
-	if !in.privChecked {
-		mode := in.attr.Mode
-		in.privileged = mode&syscall.S_ISUID != 0 || mode&syscall.S_ISGID != 0 && mode&syscall.S_IXGRP != 0
-		if !in.privileged {
-			_, err := in.fs.kv.Get(meta.XattrKey(in.ino, "security.capability"))
-			in.privileged = err == nil
-		}
-		in.privChecked = true
-	}
-	return in.privileged
-}
-
-// stripPrivs clears set-user-ID, set-group-ID and capabilities before a
-// write changes the file (file_remove_privs).
-//
-// Preconditions: in.io is held exclusive (writeChecks upgrades for it).
-func (in *inode) stripPrivs() error {
-	if !in.needsPrivStrip() {
-		return nil
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.fs.transact(func(t *txn) error {
-		a := &in.attr
-		a.Mode &^= syscall.S_ISUID
-		if a.Mode&syscall.S_IXGRP != 0 {
-			a.Mode &^= syscall.S_ISGID
-		}
-		a.Ctime = now()
-		t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
-		t.putInode(a)
-		in.attrDirty = false
-		in.privileged = false
-		return nil
-	})
 }
