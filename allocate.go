@@ -13,8 +13,9 @@ import (
 // holes to new unwritten extents (direct writes, writeback, fallocate),
 // allocNear takes blocks from the allocator, and the delayed-allocation
 // reservations of buffered writes (reserveDelalloc) are consumed by
-// writeback or given back. It calls only the allocator, the extent map and
-// the transaction it is given.
+// writeback or given back. It calls no path: only the allocator, the extent
+// map and the metadata (the transaction it is given, and a sync when every
+// free block is busy).
 
 // allocateLocked maps every hole in file blocks [first, first+n) to newly
 // allocated device blocks, as unwritten extents, recording the changes in

@@ -10,280 +10,10 @@ import (
 )
 
 // Buffered I/O through the page cache (seeds 003 and 004). See the
-// pagecache package for page states and waiters.
-
-// bufferedWrite copies the caller's bytes into the page cache (the
-// kernel's generic_perform_write under xfs_file_buffered_write): the I/O
-// lock is taken exclusive, in-flight direct I/O is drained (so a buffered
-// write never reads a block that a direct write is still changing), and
-// each page is read first only where the read-before-write rule says so.
-func (in *inode) bufferedWrite(k *kiocb) (int, error) {
-	fs := in.fs
-	if len(k.buf) == 0 && !k.append {
-		return 0, nil
-	}
-	if k.nowait && k.dsync {
-		// The write-through and the sync would block.
-		return 0, fs.nowaitEAGAIN(nwSync)
-	}
-	if !k.nowait {
-		fs.cache.ThrottleDirty()
-	}
-	if err := in.lockIO(iolock.Exclusive, k.nowait); err != nil {
-		return 0, err
-	}
-	fs.counters.LockExclBuffered.Add(1)
-	fs.counters.BufferedWrites.Add(1)
-	if k.nowait && in.dio.InFlight() > 0 {
-		in.io.Unlock(iolock.Exclusive)
-		return 0, fs.nowaitEAGAIN(nwDrain)
-	}
-	in.drain()
-	if _, err := in.writeChecks(k, iolock.Exclusive); err != nil {
-		in.io.Unlock(iolock.Exclusive)
-		return 0, err
-	}
-	if len(k.buf) == 0 {
-		in.io.Unlock(iolock.Exclusive)
-		return 0, nil
-	}
-	ps := int64(fs.cache.PageSize())
-	end := k.off + int64(len(k.buf))
-	size := in.size()
-	done := int64(0)
-	var err error
-	for pos := k.off; pos < end; {
-		idx := uint64(pos / ps)
-		from := int(pos % ps)
-		to := int(min(ps, end-int64(idx)*ps))
-		if err = in.reserveDelalloc(uint64(int64(idx) * ps / fs.blockSize)); err != nil {
-			break
-		}
-		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait); err != nil {
-			break
-		}
-		done += int64(to - from)
-		pos += int64(to - from)
-		// Publish the size as the write proceeds, so that pages after
-		// this one are judged against the new EOF.
-		if pos > size {
-			in.mu.Lock()
-			if uint64(pos) > in.attr.Size {
-				in.attr.Size = uint64(pos)
-			}
-			size = int64(in.attr.Size)
-			in.attrDirty = true
-			in.mu.Unlock()
-			fs.markDirty(in)
-		}
-	}
-	in.io.Unlock(iolock.Exclusive)
-	if done == 0 {
-		return 0, err
-	}
-	if k.dsync {
-		if err := in.writeback(k.off, k.off+done, true); err != nil {
-			return 0, err
-		}
-		if err := in.pages.TakeError(); err != nil {
-			return 0, err
-		}
-		if err := fs.group.sync(); err != nil {
-			return 0, err
-		}
-	}
-	return int(done), nil
-}
-
-// writePage copies data into bytes [from, to) of page idx.
-//
-// Preconditions: in.io is held exclusive.
-func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait bool) error {
-	for {
-		p, created, err := in.pages.GetOrCreate(idx, nowait)
-		if err != nil {
-			if err == pagecache.ErrNoRoom && nowait {
-				return in.fs.nowaitEAGAIN(nwCacheFull)
-			}
-			return eio(err)
-		}
-		if !created {
-			if nowait {
-				if !p.TryLock() {
-					in.pages.Release(p)
-					return in.fs.nowaitEAGAIN(nwPageBusy)
-				}
-			} else {
-				p.Lock()
-			}
-			if p.Removed() {
-				p.Unlock()
-				in.pages.Release(p)
-				continue
-			}
-		}
-		err = in.writePageLocked(p, from, to, data, size, nowait)
-		p.Unlock()
-		in.pages.Release(p)
-		return err
-	}
-}
-
-// writePageLocked is writePage with page p locked.
-func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, size int64, nowait bool) error {
-	fs := in.fs
-	vf, vt := p.Valid()
-	why := readBeforeWrite(fs.policy, rbwWrite{
-		uptodate: p.Uptodate(), pending: p.WritePending(), vf: vf, vt: vt,
-		from: from, to: to, pglen: in.pageLen(p.Index, size),
-		pageSize: len(p.Data), ioUnit: int(fs.ioUnit),
-	})
-	fs.countRBW(why)
-	if why.read() {
-		if nowait {
-			return fs.nowaitEAGAIN(nwPageRead)
-		}
-		// The pending bytes, if any, are kept; the page becomes uptodate.
-		if err := in.readPageLocked(p, size); err != nil {
-			return err
-		}
-	}
-	if !p.Uptodate() {
-		// A page that holds nothing yet is zeroed (page buffers are
-		// recycled uncleared).
-		if vf == vt {
-			clear(p.Data)
-		}
-		if why == rbwFullWrite {
-			// Bytes outside the write are past EOF, so zero: every byte
-			// is known and the page is uptodate (nfs_write_end).
-			clear(p.Data[:from])
-			clear(p.Data[to:])
-			copy(p.Data[from:to], data)
-			p.MarkDirty(from, to)
-			p.SetUptodate()
-			return nil
-		}
-	}
-	copy(p.Data[from:to], data)
-	p.MarkDirty(from, to)
-	return nil
-}
-
-// readPageLocked reads page p in from the device, keeping any valid
-// (pending-write) bytes it holds, and marks it uptodate. Bytes past EOF
-// read as zero.
-//
-// Preconditions: p is locked.
-func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
-	ps := len(p.Data)
-	pos := int64(p.Index) * int64(ps)
-	vf, vt := p.Valid()
-	tmp := p.Data
-	partial := !p.Uptodate() && vf < vt
-	if partial {
-		tmp = device.AlignedBuf(ps)
-	}
-	if err := in.readRangeInto(tmp, pos); err != nil {
-		if !p.Dirty() {
-			// Nothing to keep: drop the page so that the next reader
-			// tries the device again instead of inheriting this error.
-			in.pages.Remove(p)
-		}
-		p.ClearUptodate(err)
-		return err
-	}
-	if pglen := in.pageLen(p.Index, size); pglen < ps {
-		clear(tmp[pglen:])
-	}
-	if partial {
-		copy(tmp[vf:vt], p.Data[vf:vt])
-		copy(p.Data, tmp)
-	}
-	p.SetUptodate()
-	return nil
-}
-
-// readGeneral reads, each run in its own goroutine, the locked pages
-// (ascending) that need readRangeInto: a page whose blocks map to several
-// extents, or any page on a device whose I/O unit is larger than a page.
-// Consecutive pages inside one I/O unit are read together, so readahead
-// reads each unit once rather than once per page. finish is called for
-// every page.
-func (in *inode) readGeneral(pages []*pagecache.Page, finish func(*pagecache.Page, error)) {
-	ps := int64(in.fs.cache.PageSize())
-	u := max(in.fs.ioUnit, ps)
-	unitOf := func(p *pagecache.Page) int64 { return int64(p.Index) * ps / u }
-	for len(pages) > 0 {
-		n := 1
-		for n < len(pages) && pages[n].Index == pages[n-1].Index+1 && unitOf(pages[n]) == unitOf(pages[0]) {
-			n++
-		}
-		run := pages[:n]
-		pages = pages[n:]
-		go func() {
-			buf := run[0].Data
-			if len(run) > 1 {
-				buf = device.AlignedBuf(len(run) * int(ps))
-			}
-			err := in.readRangeInto(buf, int64(run[0].Index)*ps)
-			for i, p := range run {
-				if err == nil && len(run) > 1 {
-					copy(p.Data, buf[int64(i)*ps:])
-				}
-				finish(p, err)
-			}
-		}()
-	}
-}
-
-// readRangeInto fills buf (whole pages, page-aligned in the file at pos)
-// with the file's bytes from the device: holes and unwritten extents are
-// zeros. On a device whose I/O unit is larger than buf, the unit is read
-// into a bounce buffer.
-func (in *inode) readRangeInto(buf []byte, pos int64) error {
-	fs := in.fs
-	end := pos + int64(len(buf))
-	in.mu.Lock()
-	m, err := in.extentsLocked()
-	if err != nil {
-		in.mu.Unlock()
-		return err
-	}
-	first, nb := fs.blockRange(pos, end)
-	segs := m.Lookup(first, nb, nil)
-	in.mu.Unlock()
-	b := newBatch(fs)
-	for _, s := range segs {
-		lo, hi := fs.clip(s, pos, end)
-		part := buf[lo-pos : hi-pos]
-		if s.Hole || s.State != meta.Written {
-			clear(part)
-			continue
-		}
-		fs.counters.CacheReads.Add(1)
-		devOff := fs.devOffset(s, lo)
-		if u := fs.ioUnit; devOff%u != 0 || int64(len(part))%u != 0 {
-			ubase := roundDown(devOff, u)
-			ulen := roundUp(devOff+int64(len(part)), u) - ubase
-			bounce := device.AlignedBuf(int(ulen))
-			// The unit's file range, within this extent: its other
-			// pages are filled from the same read.
-			fbase := lo - (devOff - ubase)
-			segLo, segHi := fs.clip(s, fbase, fbase+ulen)
-			nb := in.claimNeighbourPages(segLo, segHi)
-			err := device.ReadAt(fs.dev, bounce, ubase)
-			in.fillNeighbourPages(nb, bounce, fbase, err)
-			if err != nil {
-				return eio(err)
-			}
-			copy(part, bounce[devOff-ubase:])
-			continue
-		}
-		b.add(device.OpRead, part, devOff)
-	}
-	return b.run()
-}
+// pagecache package for page states and waiters. The read path comes
+// first (bufferedRead, readahead, startPageReads), then the write path
+// (bufferedWrite, writePage), then the page reads both use
+// (readPageLocked, readRangeInto).
 
 // bufferedRead copies from the page cache, reading missing pages in with
 // readahead (filemap_read). The lock is taken shared.
@@ -556,4 +286,277 @@ func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 		}
 	}
 	in.readGeneral(general, finish)
+}
+
+// readGeneral reads, each run in its own goroutine, the locked pages
+// (ascending) that need readRangeInto: a page whose blocks map to several
+// extents, or any page on a device whose I/O unit is larger than a page.
+// Consecutive pages inside one I/O unit are read together, so readahead
+// reads each unit once rather than once per page. finish is called for
+// every page.
+func (in *inode) readGeneral(pages []*pagecache.Page, finish func(*pagecache.Page, error)) {
+	ps := int64(in.fs.cache.PageSize())
+	u := max(in.fs.ioUnit, ps)
+	unitOf := func(p *pagecache.Page) int64 { return int64(p.Index) * ps / u }
+	for len(pages) > 0 {
+		n := 1
+		for n < len(pages) && pages[n].Index == pages[n-1].Index+1 && unitOf(pages[n]) == unitOf(pages[0]) {
+			n++
+		}
+		run := pages[:n]
+		pages = pages[n:]
+		go func() {
+			buf := run[0].Data
+			if len(run) > 1 {
+				buf = device.AlignedBuf(len(run) * int(ps))
+			}
+			err := in.readRangeInto(buf, int64(run[0].Index)*ps)
+			for i, p := range run {
+				if err == nil && len(run) > 1 {
+					copy(p.Data, buf[int64(i)*ps:])
+				}
+				finish(p, err)
+			}
+		}()
+	}
+}
+
+// bufferedWrite copies the caller's bytes into the page cache (the
+// kernel's generic_perform_write under xfs_file_buffered_write): the I/O
+// lock is taken exclusive, in-flight direct I/O is drained (so a buffered
+// write never reads a block that a direct write is still changing), and
+// each page is read first only where the read-before-write rule says so.
+func (in *inode) bufferedWrite(k *kiocb) (int, error) {
+	fs := in.fs
+	if len(k.buf) == 0 && !k.append {
+		return 0, nil
+	}
+	if k.nowait && k.dsync {
+		// The write-through and the sync would block.
+		return 0, fs.nowaitEAGAIN(nwSync)
+	}
+	if !k.nowait {
+		fs.cache.ThrottleDirty()
+	}
+	if err := in.lockIO(iolock.Exclusive, k.nowait); err != nil {
+		return 0, err
+	}
+	fs.counters.LockExclBuffered.Add(1)
+	fs.counters.BufferedWrites.Add(1)
+	if k.nowait && in.dio.InFlight() > 0 {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, fs.nowaitEAGAIN(nwDrain)
+	}
+	in.drain()
+	if _, err := in.writeChecks(k, iolock.Exclusive); err != nil {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, err
+	}
+	if len(k.buf) == 0 {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, nil
+	}
+	ps := int64(fs.cache.PageSize())
+	end := k.off + int64(len(k.buf))
+	size := in.size()
+	done := int64(0)
+	var err error
+	for pos := k.off; pos < end; {
+		idx := uint64(pos / ps)
+		from := int(pos % ps)
+		to := int(min(ps, end-int64(idx)*ps))
+		if err = in.reserveDelalloc(uint64(int64(idx) * ps / fs.blockSize)); err != nil {
+			break
+		}
+		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait); err != nil {
+			break
+		}
+		done += int64(to - from)
+		pos += int64(to - from)
+		// Publish the size as the write proceeds, so that pages after
+		// this one are judged against the new EOF.
+		if pos > size {
+			in.mu.Lock()
+			if uint64(pos) > in.attr.Size {
+				in.attr.Size = uint64(pos)
+			}
+			size = int64(in.attr.Size)
+			in.attrDirty = true
+			in.mu.Unlock()
+			fs.markDirty(in)
+		}
+	}
+	in.io.Unlock(iolock.Exclusive)
+	if done == 0 {
+		return 0, err
+	}
+	if k.dsync {
+		if err := in.writeback(k.off, k.off+done, true); err != nil {
+			return 0, err
+		}
+		if err := in.pages.TakeError(); err != nil {
+			return 0, err
+		}
+		if err := fs.group.sync(); err != nil {
+			return 0, err
+		}
+	}
+	return int(done), nil
+}
+
+// writePage copies data into bytes [from, to) of page idx.
+//
+// Preconditions: in.io is held exclusive.
+func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait bool) error {
+	for {
+		p, created, err := in.pages.GetOrCreate(idx, nowait)
+		if err != nil {
+			if err == pagecache.ErrNoRoom && nowait {
+				return in.fs.nowaitEAGAIN(nwCacheFull)
+			}
+			return eio(err)
+		}
+		if !created {
+			if nowait {
+				if !p.TryLock() {
+					in.pages.Release(p)
+					return in.fs.nowaitEAGAIN(nwPageBusy)
+				}
+			} else {
+				p.Lock()
+			}
+			if p.Removed() {
+				p.Unlock()
+				in.pages.Release(p)
+				continue
+			}
+		}
+		err = in.writePageLocked(p, from, to, data, size, nowait)
+		p.Unlock()
+		in.pages.Release(p)
+		return err
+	}
+}
+
+// writePageLocked is writePage with page p locked.
+func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, size int64, nowait bool) error {
+	fs := in.fs
+	vf, vt := p.Valid()
+	why := readBeforeWrite(fs.policy, rbwWrite{
+		uptodate: p.Uptodate(), pending: p.WritePending(), vf: vf, vt: vt,
+		from: from, to: to, pglen: in.pageLen(p.Index, size),
+		pageSize: len(p.Data), ioUnit: int(fs.ioUnit),
+	})
+	fs.countRBW(why)
+	if why.read() {
+		if nowait {
+			return fs.nowaitEAGAIN(nwPageRead)
+		}
+		// The pending bytes, if any, are kept; the page becomes uptodate.
+		if err := in.readPageLocked(p, size); err != nil {
+			return err
+		}
+	}
+	if !p.Uptodate() {
+		// A page that holds nothing yet is zeroed (page buffers are
+		// recycled uncleared).
+		if vf == vt {
+			clear(p.Data)
+		}
+		if why == rbwFullWrite {
+			// Bytes outside the write are past EOF, so zero: every byte
+			// is known and the page is uptodate (nfs_write_end).
+			clear(p.Data[:from])
+			clear(p.Data[to:])
+			copy(p.Data[from:to], data)
+			p.MarkDirty(from, to)
+			p.SetUptodate()
+			return nil
+		}
+	}
+	copy(p.Data[from:to], data)
+	p.MarkDirty(from, to)
+	return nil
+}
+
+// readPageLocked reads page p in from the device, keeping any valid
+// (pending-write) bytes it holds, and marks it uptodate. Bytes past EOF
+// read as zero.
+//
+// Preconditions: p is locked.
+func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
+	ps := len(p.Data)
+	pos := int64(p.Index) * int64(ps)
+	vf, vt := p.Valid()
+	tmp := p.Data
+	partial := !p.Uptodate() && vf < vt
+	if partial {
+		tmp = device.AlignedBuf(ps)
+	}
+	if err := in.readRangeInto(tmp, pos); err != nil {
+		if !p.Dirty() {
+			// Nothing to keep: drop the page so that the next reader
+			// tries the device again instead of inheriting this error.
+			in.pages.Remove(p)
+		}
+		p.ClearUptodate(err)
+		return err
+	}
+	if pglen := in.pageLen(p.Index, size); pglen < ps {
+		clear(tmp[pglen:])
+	}
+	if partial {
+		copy(tmp[vf:vt], p.Data[vf:vt])
+		copy(p.Data, tmp)
+	}
+	p.SetUptodate()
+	return nil
+}
+
+// readRangeInto fills buf (whole pages, page-aligned in the file at pos)
+// with the file's bytes from the device: holes and unwritten extents are
+// zeros. On a device whose I/O unit is larger than buf, the unit is read
+// into a bounce buffer.
+func (in *inode) readRangeInto(buf []byte, pos int64) error {
+	fs := in.fs
+	end := pos + int64(len(buf))
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		in.mu.Unlock()
+		return err
+	}
+	first, nb := fs.blockRange(pos, end)
+	segs := m.Lookup(first, nb, nil)
+	in.mu.Unlock()
+	b := newBatch(fs)
+	for _, s := range segs {
+		lo, hi := fs.clip(s, pos, end)
+		part := buf[lo-pos : hi-pos]
+		if s.Hole || s.State != meta.Written {
+			clear(part)
+			continue
+		}
+		fs.counters.CacheReads.Add(1)
+		devOff := fs.devOffset(s, lo)
+		if u := fs.ioUnit; devOff%u != 0 || int64(len(part))%u != 0 {
+			ubase := roundDown(devOff, u)
+			ulen := roundUp(devOff+int64(len(part)), u) - ubase
+			bounce := device.AlignedBuf(int(ulen))
+			// The unit's file range, within this extent: its other
+			// pages are filled from the same read.
+			fbase := lo - (devOff - ubase)
+			segLo, segHi := fs.clip(s, fbase, fbase+ulen)
+			nb := in.claimNeighbourPages(segLo, segHi)
+			err := device.ReadAt(fs.dev, bounce, ubase)
+			in.fillNeighbourPages(nb, bounce, fbase, err)
+			if err != nil {
+				return eio(err)
+			}
+			copy(part, bounce[devOff-ubase:])
+			continue
+		}
+		b.add(device.OpRead, part, devOff)
+	}
+	return b.run()
 }

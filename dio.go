@@ -14,17 +14,13 @@ import (
 // (optimistic unaligned direct writes). See the package doc for the lock
 // rules and the completion order, and the iolock package doc for the table
 // of which operation takes which mode.
-
-// checkDirect applies O_DIRECT's alignment rules: offset, length and
-// buffer address aligned to the device's I/O unit (the address to at most
-// 4 KiB), as Linux does; EINVAL otherwise.
-func (fs *FS) checkDirect(buf []byte, off int64) error {
-	u := fs.ioUnit
-	if off%u != 0 || int64(len(buf))%u != 0 || !device.IsAligned(buf, device.MemAlign(int(u))) {
-		return errnof(syscall.EINVAL, "O_DIRECT I/O must be aligned to the %d B I/O unit (offset %d, length %d)", u, off, len(buf))
-	}
-	return nil
-}
+//
+// Each direction reads top-down: the entry (directRead, directWrite), the
+// lock route (directWriteAligned, directWriteUnaligned), submission
+// (submitDirectWrite), planning and allocation (planWrite), then the
+// completion (dioOp.batchDone, finishDirectWrite). Below it are only
+// mechanisms: writechecks.go, invalidate.go, allocate.go, convert.go,
+// request.go, lockio.go, geometry.go.
 
 // directRead is the O_DIRECT read path (analogous to xfs_file_dio_read
 // and iomap_dio_rw).
@@ -136,12 +132,6 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 		return 0, errQueued // op belongs to the completion now
 	}
 	return op.wait()
-}
-
-// dioBegin counts a direct I/O in flight (inode_dio_begin).
-func (in *inode) dioBegin() {
-	in.dio.Begin()
-	storeMax(&in.fs.counters.MaxDirectInFlightFile, int64(in.dio.InFlight()))
 }
 
 // directWrite is the O_DIRECT write path (xfs_file_dio_write): aligned
@@ -329,24 +319,6 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 	return op.wait()
 }
 
-// finishDirectWrite is the completion of a direct write, in the kernel's
-// order: convert unwritten extents (their data is on the device now), then
-// publish the new size (never shrinking: racing completions leave the
-// largest end), then drop cached pages of the range again (a buffered read
-// racing the write must not keep stale pages), then end the in-flight
-// count. The caller then syncs for O_DSYNC.
-func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, extends bool, err error) {
-	if err == nil && (len(conv) > 0 || extends) {
-		if cerr := in.convertWritten(conv, end, true); cerr != nil {
-			err = cerr
-		}
-	}
-	if in.pages.Len() > 0 {
-		_ = in.invalidateRange(off, end)
-	}
-	in.dio.End()
-}
-
 // planWrite maps the byte range [off, off+len(buf)) for a direct write and
 // adds the device writes to op's batch. Holes are allocated first, as unwritten
 // extents, under the inode lock (never held across device I/O). Blocks in
@@ -459,4 +431,39 @@ func (op *dioOp) finishWrite(err error) {
 	} else {
 		op.complete(int(op.end-op.off), nil)
 	}
+}
+
+// finishDirectWrite is the completion of a direct write, in the kernel's
+// order: convert unwritten extents (their data is on the device now), then
+// publish the new size (never shrinking: racing completions leave the
+// largest end), then drop cached pages of the range again (a buffered read
+// racing the write must not keep stale pages), then end the in-flight
+// count. The caller then syncs for O_DSYNC.
+func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, extends bool, err error) {
+	if err == nil && (len(conv) > 0 || extends) {
+		if cerr := in.convertWritten(conv, end, true); cerr != nil {
+			err = cerr
+		}
+	}
+	if in.pages.Len() > 0 {
+		_ = in.invalidateRange(off, end)
+	}
+	in.dio.End()
+}
+
+// checkDirect applies O_DIRECT's alignment rules: offset, length and
+// buffer address aligned to the device's I/O unit (the address to at most
+// 4 KiB), as Linux does; EINVAL otherwise.
+func (fs *FS) checkDirect(buf []byte, off int64) error {
+	u := fs.ioUnit
+	if off%u != 0 || int64(len(buf))%u != 0 || !device.IsAligned(buf, device.MemAlign(int(u))) {
+		return errnof(syscall.EINVAL, "O_DIRECT I/O must be aligned to the %d B I/O unit (offset %d, length %d)", u, off, len(buf))
+	}
+	return nil
+}
+
+// dioBegin counts a direct I/O in flight (inode_dio_begin).
+func (in *inode) dioBegin() {
+	in.dio.Begin()
+	storeMax(&in.fs.counters.MaxDirectInFlightFile, int64(in.dio.InFlight()))
 }

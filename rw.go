@@ -4,18 +4,11 @@ import (
 	"syscall"
 )
 
-func (f *File) newKiocb(p []byte, off int64, flags RWFlags) *kiocb {
-	return &kiocb{
-		in:        f.in,
-		buf:       p,
-		off:       off,
-		direct:    f.flags&O_DIRECT != 0,
-		nowait:    flags&RWFNoWait != 0,
-		dsync:     f.flags&(O_DSYNC|O_SYNC) != 0 || flags&(RWFDsync|RWFSync) != 0,
-		append:    f.flags&O_APPEND != 0 || flags&RWFAppend != 0,
-		keepPrivs: flags&RWFKeepPrivs != 0,
-	}
-}
+// The entry of every read and write: File.pread and File.pwrite (and
+// File.ReadAsync and File.WriteAsync, in async.go) build a kiocb, and
+// inode.read and inode.write dispatch it to the direct path (dio.go) or the
+// buffered path (buffered.go). The layer of each file is listed in the
+// package doc (doc.go, Files).
 
 func (f *File) pread(p []byte, off int64, flags RWFlags) (int, error) {
 	if !f.readable() {
@@ -35,6 +28,19 @@ func (f *File) pwrite(p []byte, off int64, flags RWFlags) (int, error) {
 		return 0, err
 	}
 	return f.in.write(f.newKiocb(p, off, flags))
+}
+
+func (f *File) newKiocb(p []byte, off int64, flags RWFlags) *kiocb {
+	return &kiocb{
+		in:        f.in,
+		buf:       p,
+		off:       off,
+		direct:    f.flags&O_DIRECT != 0,
+		nowait:    flags&RWFNoWait != 0,
+		dsync:     f.flags&(O_DSYNC|O_SYNC) != 0 || flags&(RWFDsync|RWFSync) != 0,
+		append:    f.flags&O_APPEND != 0 || flags&RWFAppend != 0,
+		keepPrivs: flags&RWFKeepPrivs != 0,
+	}
 }
 
 // read dispatches a read to the direct or buffered path.

@@ -7,18 +7,11 @@ import (
 )
 
 // Space operations: truncate, fallocate (allocate, punch, zero range),
-// SEEK_DATA/SEEK_HOLE, and the zeroing they need. Each takes the I/O lock
+// SEEK_DATA/SEEK_HOLE (the in-place zeroing they need is in zero.go, block
+// allocation in allocate.go). Each takes the I/O lock
 // exclusive and drains in-flight direct I/O before it changes size or
 // blocks, so no direct write lands on a block after it was freed and no
 // completion moves the size after it was set.
-
-// lockSpace takes the I/O lock exclusive for a space operation and drains
-// direct I/O.
-func (in *inode) lockSpace() {
-	in.io.Lock(iolock.Exclusive)
-	in.fs.counters.LockExclSpace.Add(1)
-	in.drain()
-}
 
 // truncate sets the file's size (xfs_setattr_size): shrinking frees the
 // blocks past the new EOF and zeroes the rest of the new EOF block;
@@ -222,4 +215,12 @@ func (in *inode) seekData(off int64, data bool) (int64, error) {
 	}
 	h := m.NextHole(fb)
 	return min(max(off, int64(h)*bs), size), nil
+}
+
+// lockSpace takes the I/O lock exclusive for a space operation and drains
+// direct I/O.
+func (in *inode) lockSpace() {
+	in.io.Lock(iolock.Exclusive)
+	in.fs.counters.LockExclSpace.Add(1)
+	in.drain()
 }
