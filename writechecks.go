@@ -13,18 +13,6 @@ import (
 // the direct and buffered write paths; it calls down into zeroing and the
 // I/O lock's drain.
 
-// clampToMaxSize gives EFBIG for a write at or past the maximum file size
-// and shortens one that would cross it (generic_write_check_limits).
-func clampToMaxSize(k *kiocb) error {
-	if k.off >= maxFileSize {
-		return syscall.EFBIG
-	}
-	if int64(len(k.buf)) > maxFileSize-k.off {
-		k.buf = k.buf[:maxFileSize-k.off]
-	}
-	return nil
-}
-
 // writeChecks is xfs_file_write_checks: it sets an append's position,
 // zeroes a gap between EOF and a write that starts past it (exclusive,
 // after draining, because completions in flight may still move EOF),
@@ -79,6 +67,18 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 	}
 }
 
+// clampToMaxSize gives EFBIG for a write at or past the maximum file size
+// and shortens one that would cross it (generic_write_check_limits).
+func clampToMaxSize(k *kiocb) error {
+	if k.off >= maxFileSize {
+		return syscall.EFBIG
+	}
+	if int64(len(k.buf)) > maxFileSize-k.off {
+		k.buf = k.buf[:maxFileSize-k.off]
+	}
+	return nil
+}
+
 // touchMtime sets mtime and ctime to now, to be persisted at the next sync
 // point.
 func (in *inode) touchMtime() {
@@ -93,6 +93,31 @@ func (in *inode) touchMtime() {
 		// both under in.mu), so only the first touch takes its lock.
 		in.fs.markDirty(in)
 	}
+}
+
+// stripPrivs clears set-user-ID, set-group-ID and capabilities before a
+// write changes the file (file_remove_privs).
+//
+// Preconditions: in.io is held exclusive (writeChecks upgrades for it).
+func (in *inode) stripPrivs() error {
+	if !in.needsPrivStrip() {
+		return nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.fs.transact(func(t *txn) error {
+		a := &in.attr
+		a.Mode &^= syscall.S_ISUID
+		if a.Mode&syscall.S_IXGRP != 0 {
+			a.Mode &^= syscall.S_ISGID
+		}
+		a.Ctime = now()
+		t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
+		t.putInode(a)
+		in.attrDirty = false
+		in.privileged = false
+		return nil
+	})
 }
 
 // needsPrivStrip reports whether a write must first clear set-user-ID,
@@ -119,29 +144,4 @@ func (in *inode) needsPrivStripLocked() bool {
 		in.privChecked = true
 	}
 	return in.privileged
-}
-
-// stripPrivs clears set-user-ID, set-group-ID and capabilities before a
-// write changes the file (file_remove_privs).
-//
-// Preconditions: in.io is held exclusive (writeChecks upgrades for it).
-func (in *inode) stripPrivs() error {
-	if !in.needsPrivStrip() {
-		return nil
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.fs.transact(func(t *txn) error {
-		a := &in.attr
-		a.Mode &^= syscall.S_ISUID
-		if a.Mode&syscall.S_IXGRP != 0 {
-			a.Mode &^= syscall.S_ISGID
-		}
-		a.Ctime = now()
-		t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
-		t.putInode(a)
-		in.attrDirty = false
-		in.privileged = false
-		return nil
-	})
 }
