@@ -10,460 +10,10 @@ import (
 )
 
 // Buffered I/O through the page cache (seeds 003 and 004). See the
-// pagecache package for page states and waiters.
-
-// pageRange returns the indexes of the first and last pages that hold
-// bytes of [off, end) (end > off).
-func (in *inode) pageRange(off, end int64) (first, last uint64) {
-	ps := int64(in.fs.cache.PageSize())
-	if end <= off {
-		end = off + 1
-	}
-	return uint64(off / ps), uint64((end - 1) / ps)
-}
-
-// pageLen returns how many bytes of page idx lie below EOF size (the NFS
-// client's nfs_folio_length): 0 for a page wholly past EOF.
-func (in *inode) pageLen(idx uint64, size int64) int {
-	ps := int64(in.fs.cache.PageSize())
-	start := int64(idx) * ps
-	if size <= start {
-		return 0
-	}
-	return int(min(ps, size-start))
-}
-
-// rbwReason is readBeforeWrite's answer: whether the old bytes are read
-// before a write, and why.
-type rbwReason uint8
-
-const (
-	// No read.
-	rbwUptodate    rbwReason = iota // every byte is cached already
-	rbwFullWrite                    // the write covers every byte of the page below EOF (or the page is wholly past EOF): the page becomes uptodate
-	rbwPending                      // a write of the page is pending and this one extends its valid bytes contiguously
-	rbwUnitAligned                  // the write's ends fall on the device's I/O unit (smaller than a page): writeback writes those units alone
-	// Read first.
-	rbwClassic       // classic policy (SkipFullPageRMW off): every page that is not uptodate
-	rbwPartial       // a partial write of a page with nothing pending
-	rbwIncompatible  // a pending write that this one cannot extend into one contiguous valid range
-	rbwUnitNotCached // writeback of a device I/O unit that cached bytes do not wholly cover
-	rbwZeroPartUnit  // zeroing on the device only part of an I/O unit (truncate, punch, EOF tail)
-)
-
-// read reports whether the decision is to read the old bytes first.
-func (r rbwReason) read() bool { return r >= rbwClassic }
-
-// rbwKind says what a write for readBeforeWrite is.
-type rbwKind uint8
-
-const (
-	rbwPageWrite rbwKind = iota // a buffered write into a cached page
-	rbwWriteback                // the write of a dirty device I/O unit at writeback
-	rbwZeroing                  // zeroing part of a written block in place on the device
-)
-
-// rbwWrite describes a write for readBeforeWrite: bytes [from, to) of a
-// page, or whole device I/O units (writeback, zeroing).
-type rbwWrite struct {
-	kind     rbwKind
-	uptodate bool // every byte of the page (or units) is known: cached, or supplied by the write
-	pending  bool // a write of the page is pending (dirty), holding bytes [vf, vt)
-	vf, vt   int
-	from, to int // the bytes this write supplies
-	pglen    int // bytes of the page below EOF (0: the page is wholly past EOF)
-	pageSize int
-	ioUnit   int // the device's I/O unit
-}
-
-// readBeforeWrite is the read-before-write rule (seed 004, the NFS
-// client's nfs_want_read_modify_write and its 2019 fix), the only place
-// the engine decides to read old data before writing over part of it. A
-// buffered write of bytes [from, to) of a page reads the old page first
-// only if the page is not uptodate, the write does not cover every byte of
-// the page below EOF, and no write of the page is already pending (unless
-// the two cannot form one contiguous valid range: the pagecache keeps one
-// per page, so the page is read; the NFS client flushes such an
-// incompatible request instead). Even then, a write whose ends fall on
-// the device's I/O unit (when it is smaller than a page) is not read
-// around: writeback can write its units alone. Classic policy (before the
-// fix): every write to a page that is not uptodate reads it first.
-//
-// The device takes whole I/O units, so a write that goes to the device
-// (writeback of a dirty unit, zeroing part of a block in place) reads the
-// unit first, whatever the policy, unless every byte of it is known.
-func readBeforeWrite(pol Policy, w rbwWrite) rbwReason {
-	switch {
-	case w.uptodate:
-		return rbwUptodate
-	case w.kind == rbwWriteback:
-		return rbwUnitNotCached
-	case w.kind == rbwZeroing:
-		return rbwZeroPartUnit
-	case !pol.SkipFullPageRMW:
-		return rbwClassic
-	case w.pglen == 0 || w.from == 0 && w.to >= w.pglen:
-		return rbwFullWrite
-	case w.pending && (w.to < w.vf || w.from > w.vt):
-		return rbwIncompatible
-	case w.pending:
-		return rbwPending
-	case w.ioUnit < w.pageSize && w.from%w.ioUnit == 0 && (w.to%w.ioUnit == 0 || w.to >= w.pglen):
-		return rbwUnitAligned
-	}
-	return rbwPartial
-}
-
-// countRBW counts a read-before-write decision.
-func (fs *FS) countRBW(why rbwReason) {
-	c := &fs.counters
-	switch why {
-	case rbwFullWrite:
-		c.RBWSkipFullWrite.Add(1)
-	case rbwPending:
-		c.RBWSkipPending.Add(1)
-	case rbwUnitAligned:
-		c.RBWSkipUnitAligned.Add(1)
-	case rbwClassic:
-		c.RBWReadClassic.Add(1)
-	case rbwPartial:
-		c.RBWReadPartial.Add(1)
-	case rbwIncompatible:
-		c.RBWReadIncompatible.Add(1)
-	case rbwUnitNotCached:
-		c.CacheRMWUnitReads.Add(1)
-	case rbwZeroPartUnit:
-		c.RBWReadZeroUnit.Add(1)
-	}
-	if why == rbwFullWrite || why == rbwPending || why == rbwUnitAligned {
-		c.CacheReadsAvoided.Add(1) // classic would have read
-	}
-}
-
-// bufferedWrite copies the caller's bytes into the page cache (the
-// kernel's generic_perform_write under xfs_file_buffered_write): the I/O
-// lock is taken exclusive, in-flight direct I/O is drained (so a buffered
-// write never reads a block that a direct write is still changing), and
-// each page is read first only where the read-before-write rule says so.
-func (in *inode) bufferedWrite(k *kiocb) (int, error) {
-	fs := in.fs
-	if len(k.buf) == 0 && !k.append {
-		return 0, nil
-	}
-	if k.nowait && k.dsync {
-		// The write-through and the sync would block.
-		return 0, fs.nowaitEAGAIN(nwSync)
-	}
-	if !k.nowait {
-		fs.cache.ThrottleDirty()
-	}
-	if err := in.lockIO(iolock.Exclusive, k.nowait); err != nil {
-		return 0, err
-	}
-	fs.counters.LockExclBuffered.Add(1)
-	fs.counters.BufferedWrites.Add(1)
-	if k.nowait && in.dio.InFlight() > 0 {
-		in.io.Unlock(iolock.Exclusive)
-		return 0, fs.nowaitEAGAIN(nwDrain)
-	}
-	in.drain()
-	if _, err := in.writeChecks(k, iolock.Exclusive); err != nil {
-		in.io.Unlock(iolock.Exclusive)
-		return 0, err
-	}
-	if len(k.buf) == 0 {
-		in.io.Unlock(iolock.Exclusive)
-		return 0, nil
-	}
-	ps := int64(fs.cache.PageSize())
-	end := k.off + int64(len(k.buf))
-	size := in.size()
-	done := int64(0)
-	var err error
-	for pos := k.off; pos < end; {
-		idx := uint64(pos / ps)
-		from := int(pos % ps)
-		to := int(min(ps, end-int64(idx)*ps))
-		if err = in.reserveDelalloc(uint64(int64(idx) * ps / fs.blockSize)); err != nil {
-			break
-		}
-		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait); err != nil {
-			break
-		}
-		done += int64(to - from)
-		pos += int64(to - from)
-		// Publish the size as the write proceeds, so that pages after
-		// this one are judged against the new EOF.
-		if pos > size {
-			in.mu.Lock()
-			if uint64(pos) > in.attr.Size {
-				in.attr.Size = uint64(pos)
-			}
-			size = int64(in.attr.Size)
-			in.attrDirty = true
-			in.mu.Unlock()
-			fs.markDirty(in)
-		}
-	}
-	in.io.Unlock(iolock.Exclusive)
-	if done == 0 {
-		return 0, err
-	}
-	if k.dsync {
-		if err := in.writeback(k.off, k.off+done, true); err != nil {
-			return 0, err
-		}
-		if err := in.pages.TakeError(); err != nil {
-			return 0, err
-		}
-		if err := fs.group.sync(); err != nil {
-			return 0, err
-		}
-	}
-	return int(done), nil
-}
-
-// writePage copies data into bytes [from, to) of page idx.
-//
-// Preconditions: in.io is held exclusive.
-func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait bool) error {
-	for {
-		p, created, err := in.pages.GetOrCreate(idx, nowait)
-		if err != nil {
-			if err == pagecache.ErrNoRoom && nowait {
-				return in.fs.nowaitEAGAIN(nwCacheFull)
-			}
-			return eio(err)
-		}
-		if !created {
-			if nowait {
-				if !p.TryLock() {
-					in.pages.Release(p)
-					return in.fs.nowaitEAGAIN(nwPageBusy)
-				}
-			} else {
-				p.Lock()
-			}
-			if p.Removed() {
-				p.Unlock()
-				in.pages.Release(p)
-				continue
-			}
-		}
-		err = in.writePageLocked(p, from, to, data, size, nowait)
-		p.Unlock()
-		in.pages.Release(p)
-		return err
-	}
-}
-
-// writePageLocked is writePage with page p locked.
-func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, size int64, nowait bool) error {
-	fs := in.fs
-	vf, vt := p.Valid()
-	why := readBeforeWrite(fs.policy, rbwWrite{
-		uptodate: p.Uptodate(), pending: p.WritePending(), vf: vf, vt: vt,
-		from: from, to: to, pglen: in.pageLen(p.Index, size),
-		pageSize: len(p.Data), ioUnit: int(fs.ioUnit),
-	})
-	fs.countRBW(why)
-	if why.read() {
-		if nowait {
-			return fs.nowaitEAGAIN(nwPageRead)
-		}
-		// The pending bytes, if any, are kept; the page becomes uptodate.
-		if err := in.readPageLocked(p, size); err != nil {
-			return err
-		}
-	}
-	if !p.Uptodate() {
-		// A page that holds nothing yet is zeroed (page buffers are
-		// recycled uncleared).
-		if vf == vt {
-			clear(p.Data)
-		}
-		if why == rbwFullWrite {
-			// Bytes outside the write are past EOF, so zero: every byte
-			// is known and the page is uptodate (nfs_write_end).
-			clear(p.Data[:from])
-			clear(p.Data[to:])
-			copy(p.Data[from:to], data)
-			p.MarkDirty(from, to)
-			p.SetUptodate()
-			return nil
-		}
-	}
-	copy(p.Data[from:to], data)
-	p.MarkDirty(from, to)
-	return nil
-}
-
-// readPageLocked reads page p in from the device, keeping any valid
-// (pending-write) bytes it holds, and marks it uptodate. Bytes past EOF
-// read as zero.
-//
-// Preconditions: p is locked.
-func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
-	ps := len(p.Data)
-	pos := int64(p.Index) * int64(ps)
-	vf, vt := p.Valid()
-	tmp := p.Data
-	partial := !p.Uptodate() && vf < vt
-	if partial {
-		tmp = device.AlignedBuf(ps)
-	}
-	if err := in.readRangeInto(tmp, pos); err != nil {
-		if !p.Dirty() {
-			// Nothing to keep: drop the page so that the next reader
-			// tries the device again instead of inheriting this error.
-			in.pages.Remove(p)
-		}
-		p.ClearUptodate(err)
-		return err
-	}
-	if pglen := in.pageLen(p.Index, size); pglen < ps {
-		clear(tmp[pglen:])
-	}
-	if partial {
-		copy(tmp[vf:vt], p.Data[vf:vt])
-		copy(p.Data, tmp)
-	}
-	p.SetUptodate()
-	return nil
-}
-
-// readGeneral reads, each run in its own goroutine, the locked pages
-// (ascending) that need readRangeInto: a page whose blocks map to several
-// extents, or any page on a device whose I/O unit is larger than a page.
-// Consecutive pages inside one I/O unit are read together, so readahead
-// reads each unit once rather than once per page. finish is called for
-// every page.
-func (in *inode) readGeneral(pages []*pagecache.Page, finish func(*pagecache.Page, error)) {
-	ps := int64(in.fs.cache.PageSize())
-	u := max(in.fs.ioUnit, ps)
-	unitOf := func(p *pagecache.Page) int64 { return int64(p.Index) * ps / u }
-	for len(pages) > 0 {
-		n := 1
-		for n < len(pages) && pages[n].Index == pages[n-1].Index+1 && unitOf(pages[n]) == unitOf(pages[0]) {
-			n++
-		}
-		run := pages[:n]
-		pages = pages[n:]
-		go func() {
-			buf := run[0].Data
-			if len(run) > 1 {
-				buf = device.AlignedBuf(len(run) * int(ps))
-			}
-			err := in.readRangeInto(buf, int64(run[0].Index)*ps)
-			for i, p := range run {
-				if err == nil && len(run) > 1 {
-					copy(p.Data, buf[int64(i)*ps:])
-				}
-				finish(p, err)
-			}
-		}()
-	}
-}
-
-// readRangeInto fills buf (whole pages, page-aligned in the file at pos)
-// with the file's bytes from the device: holes and unwritten extents are
-// zeros. On a device whose I/O unit is larger than buf, the unit is read
-// into a bounce buffer.
-func (in *inode) readRangeInto(buf []byte, pos int64) error {
-	fs := in.fs
-	end := pos + int64(len(buf))
-	in.mu.Lock()
-	m, err := in.extentsLocked()
-	if err != nil {
-		in.mu.Unlock()
-		return err
-	}
-	first, nb := fs.blockRange(pos, end)
-	segs := m.Lookup(first, nb, nil)
-	in.mu.Unlock()
-	b := newBatch(fs)
-	for _, s := range segs {
-		lo, hi := fs.clip(s, pos, end)
-		part := buf[lo-pos : hi-pos]
-		if s.Hole || s.State != meta.Written {
-			clear(part)
-			continue
-		}
-		fs.counters.CacheReads.Add(1)
-		devOff := fs.devOffset(s, lo)
-		if u := fs.ioUnit; devOff%u != 0 || int64(len(part))%u != 0 {
-			ubase := roundDown(devOff, u)
-			ulen := roundUp(devOff+int64(len(part)), u) - ubase
-			bounce := device.AlignedBuf(int(ulen))
-			// The unit's file range, within this extent: its other
-			// pages are filled from the same read.
-			fbase := lo - (devOff - ubase)
-			segLo, segHi := fs.clip(s, fbase, fbase+ulen)
-			nb := in.claimNeighbourPages(segLo, segHi)
-			err := device.ReadAt(fs.dev, bounce, ubase)
-			in.fillNeighbourPages(nb, bounce, fbase, err)
-			if err != nil {
-				return eio(err)
-			}
-			copy(part, bounce[devOff-ubase:])
-			continue
-		}
-		b.add(device.OpRead, part, devOff)
-	}
-	return b.run()
-}
-
-// claimNeighbourPages creates, locked, the pages wholly inside the file
-// range [lo, hi) and below EOF that are not cached, before an I/O unit
-// holding them is read for another page, so that the read fills them too
-// (fillNeighbourPages) instead of the next access to them reading the
-// whole unit again. Creating them locked before the read is what makes
-// this safe: a direct write's invalidation of the range, or a truncate,
-// locks each page and so waits for the fill and then drops it; a page it
-// did not find was created after the write completed and reads its data.
-// Pages that exist are left alone, and none is created where the cache
-// has no room without waiting.
-func (in *inode) claimNeighbourPages(lo, hi int64) []*pagecache.Page {
-	ps := int64(in.fs.cache.PageSize())
-	hi = min(hi, roundUp(in.size(), ps))
-	var out []*pagecache.Page
-	for pos := roundUp(lo, ps); pos+ps <= hi; pos += ps {
-		p, created, err := in.pages.GetOrCreate(uint64(pos/ps), true)
-		if err != nil {
-			break
-		}
-		if !created {
-			in.pages.Release(p)
-			continue
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-// fillNeighbourPages fills the pages claimed by claimNeighbourPages from
-// unit, the bytes of the file from offset base, and marks them uptodate;
-// after a failed read it drops them (nobody asked for them, so nobody is
-// owed the error). Either way it unlocks and releases them.
-func (in *inode) fillNeighbourPages(pages []*pagecache.Page, unit []byte, base int64, err error) {
-	ps := int64(in.fs.cache.PageSize())
-	size := in.size()
-	for _, p := range pages {
-		pos := int64(p.Index) * ps
-		if err != nil {
-			in.pages.Remove(p)
-		} else {
-			copy(p.Data, unit[pos-base:])
-			if pglen := in.pageLen(p.Index, size); pglen < int(ps) {
-				clear(p.Data[pglen:])
-			}
-			p.SetUptodate()
-			in.fs.counters.UnitNeighbourPages.Add(1)
-		}
-		p.Unlock()
-		in.pages.Release(p)
-	}
-}
+// pagecache package for page states and waiters. The read path comes
+// first (bufferedRead, readahead, startPageReads), then the write path
+// (bufferedWrite, writePage), then the page reads both use
+// (readPageLocked, readRangeInto).
 
 // bufferedRead copies from the page cache, reading missing pages in with
 // readahead (filemap_read). The lock is taken shared.
@@ -736,4 +286,277 @@ func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 		}
 	}
 	in.readGeneral(general, finish)
+}
+
+// readGeneral reads, each run in its own goroutine, the locked pages
+// (ascending) that need readRangeInto: a page whose blocks map to several
+// extents, or any page on a device whose I/O unit is larger than a page.
+// Consecutive pages inside one I/O unit are read together, so readahead
+// reads each unit once rather than once per page. finish is called for
+// every page.
+func (in *inode) readGeneral(pages []*pagecache.Page, finish func(*pagecache.Page, error)) {
+	ps := int64(in.fs.cache.PageSize())
+	u := max(in.fs.ioUnit, ps)
+	unitOf := func(p *pagecache.Page) int64 { return int64(p.Index) * ps / u }
+	for len(pages) > 0 {
+		n := 1
+		for n < len(pages) && pages[n].Index == pages[n-1].Index+1 && unitOf(pages[n]) == unitOf(pages[0]) {
+			n++
+		}
+		run := pages[:n]
+		pages = pages[n:]
+		go func() {
+			buf := run[0].Data
+			if len(run) > 1 {
+				buf = device.AlignedBuf(len(run) * int(ps))
+			}
+			err := in.readRangeInto(buf, int64(run[0].Index)*ps)
+			for i, p := range run {
+				if err == nil && len(run) > 1 {
+					copy(p.Data, buf[int64(i)*ps:])
+				}
+				finish(p, err)
+			}
+		}()
+	}
+}
+
+// bufferedWrite copies the caller's bytes into the page cache (the
+// kernel's generic_perform_write under xfs_file_buffered_write): the I/O
+// lock is taken exclusive, in-flight direct I/O is drained (so a buffered
+// write never reads a block that a direct write is still changing), and
+// each page is read first only where the read-before-write rule says so.
+func (in *inode) bufferedWrite(k *kiocb) (int, error) {
+	fs := in.fs
+	if len(k.buf) == 0 && !k.append {
+		return 0, nil
+	}
+	if k.nowait && k.dsync {
+		// The write-through and the sync would block.
+		return 0, fs.nowaitEAGAIN(nwSync)
+	}
+	if !k.nowait {
+		fs.cache.ThrottleDirty()
+	}
+	if err := in.lockIO(iolock.Exclusive, k.nowait); err != nil {
+		return 0, err
+	}
+	fs.counters.LockExclBuffered.Add(1)
+	fs.counters.BufferedWrites.Add(1)
+	if k.nowait && in.dio.InFlight() > 0 {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, fs.nowaitEAGAIN(nwDrain)
+	}
+	in.drain()
+	if _, err := in.writeChecks(k, iolock.Exclusive); err != nil {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, err
+	}
+	if len(k.buf) == 0 {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, nil
+	}
+	ps := int64(fs.cache.PageSize())
+	end := k.off + int64(len(k.buf))
+	size := in.size()
+	done := int64(0)
+	var err error
+	for pos := k.off; pos < end; {
+		idx := uint64(pos / ps)
+		from := int(pos % ps)
+		to := int(min(ps, end-int64(idx)*ps))
+		if err = in.reserveDelalloc(uint64(int64(idx) * ps / fs.blockSize)); err != nil {
+			break
+		}
+		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait); err != nil {
+			break
+		}
+		done += int64(to - from)
+		pos += int64(to - from)
+		// Publish the size as the write proceeds, so that pages after
+		// this one are judged against the new EOF.
+		if pos > size {
+			in.mu.Lock()
+			if uint64(pos) > in.attr.Size {
+				in.attr.Size = uint64(pos)
+			}
+			size = int64(in.attr.Size)
+			in.attrDirty = true
+			in.mu.Unlock()
+			fs.markDirty(in)
+		}
+	}
+	in.io.Unlock(iolock.Exclusive)
+	if done == 0 {
+		return 0, err
+	}
+	if k.dsync {
+		if err := in.writeback(k.off, k.off+done, true); err != nil {
+			return 0, err
+		}
+		if err := in.pages.TakeError(); err != nil {
+			return 0, err
+		}
+		if err := fs.group.sync(); err != nil {
+			return 0, err
+		}
+	}
+	return int(done), nil
+}
+
+// writePage copies data into bytes [from, to) of page idx.
+//
+// Preconditions: in.io is held exclusive.
+func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait bool) error {
+	for {
+		p, created, err := in.pages.GetOrCreate(idx, nowait)
+		if err != nil {
+			if err == pagecache.ErrNoRoom && nowait {
+				return in.fs.nowaitEAGAIN(nwCacheFull)
+			}
+			return eio(err)
+		}
+		if !created {
+			if nowait {
+				if !p.TryLock() {
+					in.pages.Release(p)
+					return in.fs.nowaitEAGAIN(nwPageBusy)
+				}
+			} else {
+				p.Lock()
+			}
+			if p.Removed() {
+				p.Unlock()
+				in.pages.Release(p)
+				continue
+			}
+		}
+		err = in.writePageLocked(p, from, to, data, size, nowait)
+		p.Unlock()
+		in.pages.Release(p)
+		return err
+	}
+}
+
+// writePageLocked is writePage with page p locked.
+func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, size int64, nowait bool) error {
+	fs := in.fs
+	vf, vt := p.Valid()
+	why := readBeforeWrite(fs.policy, rbwWrite{
+		uptodate: p.Uptodate(), pending: p.WritePending(), vf: vf, vt: vt,
+		from: from, to: to, pglen: in.pageLen(p.Index, size),
+		pageSize: len(p.Data), ioUnit: int(fs.ioUnit),
+	})
+	fs.countRBW(why)
+	if why.read() {
+		if nowait {
+			return fs.nowaitEAGAIN(nwPageRead)
+		}
+		// The pending bytes, if any, are kept; the page becomes uptodate.
+		if err := in.readPageLocked(p, size); err != nil {
+			return err
+		}
+	}
+	if !p.Uptodate() {
+		// A page that holds nothing yet is zeroed (page buffers are
+		// recycled uncleared).
+		if vf == vt {
+			clear(p.Data)
+		}
+		if why == rbwFullWrite {
+			// Bytes outside the write are past EOF, so zero: every byte
+			// is known and the page is uptodate (nfs_write_end).
+			clear(p.Data[:from])
+			clear(p.Data[to:])
+			copy(p.Data[from:to], data)
+			p.MarkDirty(from, to)
+			p.SetUptodate()
+			return nil
+		}
+	}
+	copy(p.Data[from:to], data)
+	p.MarkDirty(from, to)
+	return nil
+}
+
+// readPageLocked reads page p in from the device, keeping any valid
+// (pending-write) bytes it holds, and marks it uptodate. Bytes past EOF
+// read as zero.
+//
+// Preconditions: p is locked.
+func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
+	ps := len(p.Data)
+	pos := int64(p.Index) * int64(ps)
+	vf, vt := p.Valid()
+	tmp := p.Data
+	partial := !p.Uptodate() && vf < vt
+	if partial {
+		tmp = device.AlignedBuf(ps)
+	}
+	if err := in.readRangeInto(tmp, pos); err != nil {
+		if !p.Dirty() {
+			// Nothing to keep: drop the page so that the next reader
+			// tries the device again instead of inheriting this error.
+			in.pages.Remove(p)
+		}
+		p.ClearUptodate(err)
+		return err
+	}
+	if pglen := in.pageLen(p.Index, size); pglen < ps {
+		clear(tmp[pglen:])
+	}
+	if partial {
+		copy(tmp[vf:vt], p.Data[vf:vt])
+		copy(p.Data, tmp)
+	}
+	p.SetUptodate()
+	return nil
+}
+
+// readRangeInto fills buf (whole pages, page-aligned in the file at pos)
+// with the file's bytes from the device: holes and unwritten extents are
+// zeros. On a device whose I/O unit is larger than buf, the unit is read
+// into a bounce buffer.
+func (in *inode) readRangeInto(buf []byte, pos int64) error {
+	fs := in.fs
+	end := pos + int64(len(buf))
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		in.mu.Unlock()
+		return err
+	}
+	first, nb := fs.blockRange(pos, end)
+	segs := m.Lookup(first, nb, nil)
+	in.mu.Unlock()
+	b := newBatch(fs)
+	for _, s := range segs {
+		lo, hi := fs.clip(s, pos, end)
+		part := buf[lo-pos : hi-pos]
+		if s.Hole || s.State != meta.Written {
+			clear(part)
+			continue
+		}
+		fs.counters.CacheReads.Add(1)
+		devOff := fs.devOffset(s, lo)
+		if u := fs.ioUnit; devOff%u != 0 || int64(len(part))%u != 0 {
+			ubase := roundDown(devOff, u)
+			ulen := roundUp(devOff+int64(len(part)), u) - ubase
+			bounce := device.AlignedBuf(int(ulen))
+			// The unit's file range, within this extent: its other
+			// pages are filled from the same read.
+			fbase := lo - (devOff - ubase)
+			segLo, segHi := fs.clip(s, fbase, fbase+ulen)
+			nb := in.claimNeighbourPages(segLo, segHi)
+			err := device.ReadAt(fs.dev, bounce, ubase)
+			in.fillNeighbourPages(nb, bounce, fbase, err)
+			if err != nil {
+				return eio(err)
+			}
+			copy(part, bounce[devOff-ubase:])
+			continue
+		}
+		b.add(device.OpRead, part, devOff)
+	}
+	return b.run()
 }

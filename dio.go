@@ -14,25 +14,13 @@ import (
 // (optimistic unaligned direct writes). See the package doc for the lock
 // rules and the completion order, and the iolock package doc for the table
 // of which operation takes which mode.
-
-// checkDirect applies O_DIRECT's alignment rules: offset, length and
-// buffer address aligned to the device's I/O unit (the address to at most
-// 4 KiB), as Linux does; EINVAL otherwise.
-func (fs *FS) checkDirect(buf []byte, off int64) error {
-	u := fs.ioUnit
-	if off%u != 0 || int64(len(buf))%u != 0 || !device.IsAligned(buf, device.MemAlign(int(u))) {
-		return errnof(syscall.EINVAL, "O_DIRECT I/O must be aligned to the %d B I/O unit (offset %d, length %d)", u, off, len(buf))
-	}
-	return nil
-}
-
-// blockRange returns the file blocks [first, first+n) that cover the byte
-// range [off, end).
-func (fs *FS) blockRange(off, end int64) (first, n uint64) {
-	first = uint64(off >> fs.blockShift)
-	last := uint64((end + fs.blockSize - 1) >> fs.blockShift)
-	return first, last - first
-}
+//
+// Each direction reads top-down: the entry (directRead, directWrite), the
+// lock route (directWriteAligned, directWriteUnaligned), submission
+// (submitDirectWrite), planning and allocation (planWrite), then the
+// completion (dioOp.batchDone, finishDirectWrite). Below it are only
+// mechanisms: writechecks.go, invalidate.go, allocate.go, convert.go,
+// request.go, lockio.go, geometry.go.
 
 // directRead is the O_DIRECT read path (analogous to xfs_file_dio_read
 // and iomap_dio_rw).
@@ -144,25 +132,6 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 		return 0, errQueued // op belongs to the completion now
 	}
 	return op.wait()
-}
-
-// dioBegin counts a direct I/O in flight (inode_dio_begin).
-func (in *inode) dioBegin() {
-	in.dio.Begin()
-	storeMax(&in.fs.counters.MaxDirectInFlightFile, int64(in.dio.InFlight()))
-}
-
-// clip returns the byte range where segment s meets [off, end).
-func (fs *FS) clip(s extmap.Segment, off, end int64) (lo, hi int64) {
-	lo = max(off, int64(s.FileBlock)<<fs.blockShift)
-	hi = min(end, int64(s.FileBlock+s.Len)<<fs.blockShift)
-	return lo, hi
-}
-
-// devOffset returns the device byte offset of file byte pos, which lies in
-// mapped segment s.
-func (fs *FS) devOffset(s extmap.Segment, pos int64) int64 {
-	return int64(s.DevBlock)<<fs.blockShift + pos - int64(s.FileBlock)<<fs.blockShift
 }
 
 // directWrite is the O_DIRECT write path (xfs_file_dio_write): aligned
@@ -308,76 +277,6 @@ func (in *inode) directWriteOverwriteOnly(k *kiocb) (int, error) {
 	return in.submitDirectWrite(k, mode, mode == iolock.Exclusive)
 }
 
-// writeChecks is xfs_file_write_checks: it sets an append's position,
-// zeroes a gap between EOF and a write that starts past it (exclusive,
-// after draining, because completions in flight may still move EOF),
-// strips set-user-ID, set-group-ID and capabilities, and updates the
-// times. It may return holding the lock exclusive instead of mode (every
-// check is redone after the upgrade); with nowait it returns EAGAIN instead.
-func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
-	fs := in.fs
-	drained := false
-	for {
-		in.mu.Lock()
-		size := int64(in.attr.Size)
-		strip := !k.keepPrivs && in.needsPrivStripLocked()
-		in.mu.Unlock()
-		if k.append {
-			k.off = size
-			if err := clampToMaxSize(k); err != nil {
-				return mode, err
-			}
-			if k.direct && k.off%fs.ioUnit != 0 {
-				return mode, errnof(syscall.EINVAL, "O_DIRECT append at unaligned end of file %d", k.off)
-			}
-		}
-		needExcl := k.off > size || strip
-		if needExcl && k.nowait {
-			return mode, fs.nowaitEAGAIN(nwNeedExclusive)
-		}
-		if needExcl && mode == iolock.Shared {
-			in.io.Unlock(iolock.Shared)
-			in.io.Lock(iolock.Exclusive)
-			mode = iolock.Exclusive
-			fs.counters.LockUpgrades.Add(1)
-			continue
-		}
-		if k.off > size && !drained {
-			in.drain()
-			drained = true
-			continue
-		}
-		if k.off > size {
-			if err := in.zeroEOFTail(size); err != nil {
-				return mode, err
-			}
-		}
-		if strip {
-			if err := in.stripPrivs(); err != nil {
-				return mode, err
-			}
-		}
-		in.touchMtime()
-		return mode, nil
-	}
-}
-
-// touchMtime sets mtime and ctime to now, to be persisted at the next sync
-// point.
-func (in *inode) touchMtime() {
-	t := now()
-	in.mu.Lock()
-	in.attr.Mtime, in.attr.Ctime = t, t
-	was := in.attrDirty
-	in.attrDirty = true
-	in.mu.Unlock()
-	if !was {
-		// attrDirty implies membership of the dirty set (persist clears
-		// both under in.mu), so only the first touch takes its lock.
-		in.fs.markDirty(in)
-	}
-}
-
 // submitDirectWrite maps the range (allocating holes as unwritten), drops
 // cached pages, submits the device writes and arranges the completion.
 // The lock is released after submission, or after completion when wait is
@@ -418,62 +317,6 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 		return 0, errQueued // op belongs to the completion now
 	}
 	return op.wait()
-}
-
-// finishDirectWrite is the completion of a direct write, in the kernel's
-// order: convert unwritten extents (their data is on the device now), then
-// publish the new size (never shrinking: racing completions leave the
-// largest end), then drop cached pages of the range again (a buffered read
-// racing the write must not keep stale pages), then end the in-flight
-// count. The caller then syncs for O_DSYNC.
-func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, extends bool, err error) {
-	if err == nil && (len(conv) > 0 || extends) {
-		if cerr := in.convertWritten(conv, end, true); cerr != nil {
-			err = cerr
-		}
-	}
-	if in.pages.Len() > 0 {
-		_ = in.invalidateRange(off, end)
-	}
-	in.dio.End()
-}
-
-// fileRange is a run of file blocks.
-type fileRange struct{ first, n uint64 }
-
-// convertWritten is the one place unwritten extents become written, once
-// the device holds their data (a direct write's completion, a writeback's):
-// the ranges conv are converted in core at once, so reads see the data,
-// stamped with the current conversion epoch, so that their records say
-// written only after the sync point whose device flush made the data
-// durable (extmap epochs; see the package doc's Durability). The extent
-// records it commits, in one transaction, still say unwritten; with
-// publish, the same transaction raises the size to end (never shrinking:
-// racing completions leave the largest end) and records the inode. The
-// inode joins the dirty set while conversions are pending.
-func (in *inode) convertWritten(conv []fileRange, end int64, publish bool) error {
-	fs := in.fs
-	in.mu.Lock()
-	err := fs.transact(func(t *txn) error {
-		epoch := fs.convEpoch.Load()
-		for _, r := range conv {
-			in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
-		}
-		if publish {
-			if uint64(end) > in.attr.Size {
-				in.attr.Size = uint64(end)
-			}
-			t.putInode(&in.attr)
-			in.attrDirty = false
-		}
-		return nil
-	})
-	pending := in.ext != nil && in.ext.Pending()
-	in.mu.Unlock()
-	if pending {
-		fs.markDirty(in)
-	}
-	return err
 }
 
 // planWrite maps the byte range [off, off+len(buf)) for a direct write and
@@ -552,98 +395,75 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool) ([]fil
 	return conv, nil
 }
 
-// allocateLocked maps every hole in file blocks [first, first+n) to newly
-// allocated device blocks, as unwritten extents, recording the changes in
-// t. reserved says how many of the holes' blocks the caller already holds
-// a reservation for (delayed allocation); that reservation is used up,
-// or on error given back. On error nothing else in core has changed.
-//
-// Preconditions: in.mu is held; called inside fs.transact.
-func (in *inode) allocateLocked(t *txn, first, n, reserved uint64) error {
-	fs := in.fs
-	m := in.ext
-	segs := m.Lookup(first, n, nil)
-	var need uint64
-	for _, s := range segs {
-		if s.Hole {
-			need += s.Len
+// batchDone runs when the op's device requests have completed.
+func (op *dioOp) batchDone(err error) {
+	if !op.write {
+		op.in.dio.End()
+		if err != nil {
+			op.complete(0, err)
+		} else {
+			op.complete(op.n, nil)
+		}
+		return
+	}
+	in := op.in
+	if len(op.conv) > 0 || op.k.dsync || op.extends || in.pages.Len() > 0 {
+		// Work that may block (a metadata commit, a sync, page
+		// invalidation) runs off the device's completion goroutine,
+		// like the kernel's s_dio_done_wq.
+		go op.finishWrite(err)
+	} else {
+		op.finishWrite(err)
+	}
+}
+
+func (op *dioOp) finishWrite(err error) {
+	in := op.in
+	in.finishDirectWrite(op.off, op.end, op.conv, op.extends, err)
+	if err == nil && op.k.dsync {
+		err = in.fs.group.sync()
+	}
+	if op.holdLock {
+		in.io.Unlock(op.mode)
+	}
+	if err != nil {
+		op.complete(0, err)
+	} else {
+		op.complete(int(op.end-op.off), nil)
+	}
+}
+
+// finishDirectWrite is the completion of a direct write, in the kernel's
+// order: convert unwritten extents (their data is on the device now), then
+// publish the new size (never shrinking: racing completions leave the
+// largest end), then drop cached pages of the range again (a buffered read
+// racing the write must not keep stale pages), then end the in-flight
+// count. The caller then syncs for O_DSYNC.
+func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, extends bool, err error) {
+	if err == nil && (len(conv) > 0 || extends) {
+		if cerr := in.convertWritten(conv, end, true); cerr != nil {
+			err = cerr
 		}
 	}
-	if need == 0 {
-		return nil
+	if in.pages.Len() > 0 {
+		_ = in.invalidateRange(off, end)
 	}
-	reserved = min(reserved, need)
-	if err := fs.alloc.Reserve(need - reserved); err != nil {
-		_ = fs.alloc.Unreserve(reserved)
-		return syscall.ENOSPC
+	in.dio.End()
+}
+
+// checkDirect applies O_DIRECT's alignment rules: offset, length and
+// buffer address aligned to the device's I/O unit (the address to at most
+// 4 KiB), as Linux does; EINVAL otherwise.
+func (fs *FS) checkDirect(buf []byte, off int64) error {
+	u := fs.ioUnit
+	if off%u != 0 || int64(len(buf))%u != 0 || !device.IsAligned(buf, device.MemAlign(int(u))) {
+		return errnof(syscall.EINVAL, "O_DIRECT I/O must be aligned to the %d B I/O unit (offset %d, length %d)", u, off, len(buf))
 	}
-	var done []extmap.Extent
-	undo := func() {
-		for _, e := range done {
-			m.Remove(e.FileBlock, e.Len, nil)
-			_ = fs.alloc.Cancel(allocExtent(e.DevBlock, e.Len))
-		}
-	}
-	rec := t.extents(in.ino)
-	for _, s := range segs {
-		if !s.Hole {
-			continue
-		}
-		fb, left := s.FileBlock, s.Len
-		for left > 0 {
-			e, err := fs.allocNear(in.allocHint(fb), left)
-			if err != nil {
-				_ = fs.alloc.Unreserve(left + holesAfter(segs, s))
-				undo()
-				return err
-			}
-			x := extmap.Extent{FileBlock: fb, DevBlock: uint64(e.Start), Len: e.Len, State: meta.Unwritten}
-			if err := m.Insert(x, rec); err != nil {
-				_ = fs.alloc.Cancel(e)
-				undo()
-				return eio(err)
-			}
-			done = append(done, x)
-			fs.counters.BlocksAllocated.Add(int64(e.Len))
-			fb += e.Len
-			left -= e.Len
-		}
-	}
-	t.putInode(&in.attr)
-	in.attrDirty = false
 	return nil
 }
 
-// holesAfter sums the hole lengths in segs after segment s.
-func holesAfter(segs []extmap.Segment, s extmap.Segment) uint64 {
-	var n uint64
-	for _, x := range segs {
-		if x.Hole && x.FileBlock > s.FileBlock {
-			n += x.Len
-		}
-	}
-	return n
-}
-
-// allocHint returns the device block a new extent at file block fb should
-// start at to stay contiguous with the file's previous block.
-//
-// Preconditions: in.mu is held.
-func (in *inode) allocHint(fb uint64) uint64 {
-	if fb > 0 {
-		var one [1]extmap.Segment
-		if s := in.ext.Lookup(fb-1, 1, one[:0]); len(s) == 1 && !s[0].Hole {
-			return s[0].DevBlock + 1
-		}
-	}
-	if end, ok := in.ext.LastBlock(); ok && end > 0 {
-		var one [1]extmap.Segment
-		if s := in.ext.Lookup(end-1, 1, one[:0]); len(s) == 1 && !s[0].Hole {
-			return s[0].DevBlock + 1
-		}
-	}
-	// Spread files over the device so that files written at once do not
-	// interleave their blocks.
-	span := in.fs.devBlocks - in.fs.dataStart
-	return in.fs.dataStart + (uint64(in.ino)*2654435761)%span
+// dioBegin counts a direct I/O in flight (inode_dio_begin).
+func (in *inode) dioBegin() {
+	in.dio.Begin()
+	storeMax(&in.fs.counters.MaxDirectInFlightFile, int64(in.dio.InFlight()))
 }

@@ -71,7 +71,7 @@
 //	            inode-number order (lockInodes). Never held across data
 //	            device I/O; metadata commits run under it, and an
 //	            allocation that finds only busy blocks syncs the metadata
-//	            under it (space.go, allocNear)
+//	            under it (allocate.go, allocNear)
 //	Commit      FS.commitMu: metadata transactions, the allocator journal
 //	Alloc       the allocator's mutex
 //	ICache      FS.icache.mu: the in-core inode table (taken after
@@ -94,4 +94,41 @@
 // chain and also match syscall.EIO. A metadata commit failure shuts the
 // file system down (ErrShutdown): nothing more is written, so the volume
 // stays consistent.
+//
+// # Files
+//
+// The package is flat but reads in layers, and the I/O path goes down the
+// list below: from the path files (dio.go, buffered.go, space.go) to
+// geometry.go, a file calls only files listed after it and the base files
+// (callbacks from the device aside), so a direct write followed from
+// directWrite to the device never comes back up to a path file. Each path
+// file reads top-down: entry, lock route, submission, planning and
+// allocation, completion.
+//
+//	file.go async.go    API: File (ReadAt, WriteAt, Fsync, ...), ReadAsync, WriteAsync
+//	paths.go            API: the path-based calls (OpenFile, Mkdir, Rename, ...)
+//	namespace.go        inode-number namespace calls (Lookup, CreateIno, RenameIno, ...)
+//	attr.go xattr.go    attributes (Getattr, Setattr) and extended attributes
+//	orphan.go check.go  freeing unlinked inodes, orphan recovery; the consistency check
+//	rw.go               entry: pread/pwrite build a kiocb; inode.read/write dispatch it
+//	dio.go              path: direct read and write (directRead, directWrite, finishDirectWrite)
+//	buffered.go         path: buffered read with readahead, buffered write
+//	space.go            path: truncate, fallocate, SEEK_DATA/SEEK_HOLE (lockSpace)
+//	writechecks.go      the write checks both write paths run (writeChecks, stripPrivs)
+//	zero.go             in-place zeroing on the device (zeroEOFTail, zeroBlockRange)
+//	invalidate.go       page-cache coherence for direct I/O and space ops (invalidateRange)
+//	writeback.go        writeback of dirty pages (writebackPages, writebackRun, fsync, flusher)
+//	request.go          mechanism: kiocb, dioOp, ioBatch: the requests, down to the device
+//	allocate.go         mechanism: block allocation, delayed-allocation reservations
+//	convert.go          mechanism: unwritten to written (convertWritten)
+//	readbeforewrite.go  mechanism: the read-before-write rule (readBeforeWrite)
+//	unitpages.go        mechanism: the neighbour pages a whole-unit read fills
+//	lockio.go           mechanism: lockIO, drain, nowaitEAGAIN
+//	geometry.go         mechanism: byte, block, page and device-offset arithmetic
+//	commit.go           base: metadata transactions, sync points, group commit
+//	inode.go            base: the in-core inode, its cache, persist
+//	counters.go         base: Counters and the counted device handle (FS.dev)
+//	fs.go options.go    base: FS, Open, Close; Options and Policy
+//	errors.go           base: errors and their wrapping
+//	inflight.go         base: a waitable count of operations in progress
 package sluice

@@ -231,3 +231,10 @@ func now() int64 { return time.Now().UnixNano() }
 func isDir(mode uint32) bool     { return mode&syscall.S_IFMT == syscall.S_IFDIR }
 func isReg(mode uint32) bool     { return mode&syscall.S_IFMT == syscall.S_IFREG }
 func isSymlink(mode uint32) bool { return mode&syscall.S_IFMT == syscall.S_IFLNK }
+
+// size returns the published size.
+func (in *inode) size() int64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return int64(in.attr.Size)
+}

@@ -1,57 +1,17 @@
 package sluice
 
 import (
-	"errors"
-	"fmt"
 	"syscall"
 
-	"github.com/sluicefs/sluice/alloc"
-	"github.com/sluicefs/sluice/device"
-	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/iolock"
-	"github.com/sluicefs/sluice/meta"
 )
 
 // Space operations: truncate, fallocate (allocate, punch, zero range),
-// SEEK_DATA/SEEK_HOLE, and the zeroing they need. Each takes the I/O lock
+// SEEK_DATA/SEEK_HOLE (the in-place zeroing they need is in zero.go, block
+// allocation in allocate.go). Each takes the I/O lock
 // exclusive and drains in-flight direct I/O before it changes size or
 // blocks, so no direct write lands on a block after it was freed and no
 // completion moves the size after it was set.
-
-func allocExtent(dev, n uint64) alloc.Extent {
-	return alloc.Extent{Start: alloc.BlockNum(dev), Len: n}
-}
-
-// allocNear allocates up to want blocks from the caller's reservation,
-// near hint. When every free block is busy (freed by transactions not yet
-// durable), it makes them durable and retries.
-//
-// Preconditions: called inside fs.transact (commitMu held).
-func (fs *FS) allocNear(hint, want uint64) (alloc.Extent, error) {
-	if hint < fs.dataStart || hint >= fs.devBlocks {
-		hint = fs.dataStart
-	}
-	e, err := fs.alloc.AllocReserved(alloc.BlockNum(hint), want)
-	if errors.Is(err, alloc.ErrBusy) {
-		if serr := fs.kv.Sync(); serr != nil {
-			return e, eio(serr)
-		}
-		fs.alloc.Unbusy(fs.commit.seq)
-		e, err = fs.alloc.AllocReserved(alloc.BlockNum(hint), want)
-	}
-	if err != nil {
-		return e, errnof(syscall.ENOSPC, "allocating %d blocks: %v", want, err)
-	}
-	return e, nil
-}
-
-// lockSpace takes the I/O lock exclusive for a space operation and drains
-// direct I/O.
-func (in *inode) lockSpace() {
-	in.io.Lock(iolock.Exclusive)
-	in.fs.counters.LockExclSpace.Add(1)
-	in.drain()
-}
 
 // truncate sets the file's size (xfs_setattr_size): shrinking frees the
 // blocks past the new EOF and zeroes the rest of the new EOF block;
@@ -112,67 +72,6 @@ func (in *inode) truncate(size int64) error {
 		in.attrDirty = false
 		return nil
 	})
-}
-
-// zeroEOFTail zeroes, on the device, the bytes of the EOF block past EOF
-// size, so that extending the file can never expose stale bytes there
-// (left, for example, by a crash between an extending write and its size
-// update).
-//
-// Preconditions: in.io is held exclusive.
-func (in *inode) zeroEOFTail(size int64) error {
-	bs := in.fs.blockSize
-	if size%bs == 0 {
-		return nil
-	}
-	blk := size / bs
-	if err := in.invalidateRange(blk*bs, (blk+1)*bs); err != nil {
-		return err
-	}
-	wrote, err := in.zeroBlockRange(uint64(blk), size%bs, bs)
-	if err != nil || !wrote {
-		return err
-	}
-	// The zeros must be durable before the size that exposes them can be:
-	// otherwise a crash could keep the new size and the old bytes.
-	if err := device.Flush(in.fs.dev); err != nil {
-		return in.fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
-	}
-	return nil
-}
-
-// zeroBlockRange zeroes bytes [from, to) of file block blk on the device
-// if the block is written (holes and unwritten blocks read as zeros
-// already), by read-modify-write of the I/O units concerned where the range
-// covers them only in part (readBeforeWrite's rbwZeroPartUnit).
-//
-// Preconditions: in.io is held exclusive, and the block has no cached
-// pages.
-func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err error) {
-	fs := in.fs
-	in.mu.Lock()
-	m, err := in.extentsLocked()
-	if err != nil {
-		in.mu.Unlock()
-		return false, err
-	}
-	s := m.Lookup(blk, 1, nil)[0]
-	in.mu.Unlock()
-	if s.Hole || s.State != meta.Written || from >= to {
-		return false, nil
-	}
-	u := fs.ioUnit
-	lo, hi := roundDown(from, u), roundUp(to, u)
-	buf := device.AlignedBuf(int(hi - lo))
-	dev := int64(s.DevBlock)*fs.blockSize + lo
-	if why := readBeforeWrite(fs.policy, rbwWrite{kind: rbwZeroing, uptodate: lo == from && hi == to}); why.read() {
-		fs.countRBW(why)
-		if err := device.ReadAt(fs.dev, buf, dev); err != nil {
-			return false, eio(err)
-		}
-	}
-	clear(buf[from-lo : to-lo])
-	return true, eio(device.WriteAt(fs.dev, buf, dev))
 }
 
 // fallocate implements fallocate(2) for the modes sluice supports:
@@ -318,110 +217,10 @@ func (in *inode) seekData(off int64, data bool) (int64, error) {
 	return min(max(off, int64(h)*bs), size), nil
 }
 
-// needsPrivStrip reports whether a write must first clear set-user-ID,
-// set-group-ID (with group execute) or a security.capability attribute
-// (the kernel's !IS_NOSEC case). The answer is cached until a chmod or a
-// security.* xattr change.
-func (in *inode) needsPrivStrip() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.needsPrivStripLocked()
-}
-
-// needsPrivStripLocked is needsPrivStrip.
-//
-// Preconditions: in.mu is held.
-func (in *inode) needsPrivStripLocked() bool {
-	if !in.privChecked {
-		mode := in.attr.Mode
-		in.privileged = mode&syscall.S_ISUID != 0 || mode&syscall.S_ISGID != 0 && mode&syscall.S_IXGRP != 0
-		if !in.privileged {
-			_, err := in.fs.kv.Get(meta.XattrKey(in.ino, "security.capability"))
-			in.privileged = err == nil
-		}
-		in.privChecked = true
-	}
-	return in.privileged
-}
-
-// stripPrivs clears set-user-ID, set-group-ID and capabilities before a
-// write changes the file (file_remove_privs).
-//
-// Preconditions: in.io is held exclusive (writeChecks upgrades for it).
-func (in *inode) stripPrivs() error {
-	if !in.needsPrivStrip() {
-		return nil
-	}
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.fs.transact(func(t *txn) error {
-		a := &in.attr
-		a.Mode &^= syscall.S_ISUID
-		if a.Mode&syscall.S_IXGRP != 0 {
-			a.Mode &^= syscall.S_ISGID
-		}
-		a.Ctime = now()
-		t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
-		t.putInode(a)
-		in.attrDirty = false
-		in.privileged = false
-		return nil
-	})
-}
-
-// reserveDelalloc reserves space for file block blk, which a buffered
-// write is about to dirty, if it is a hole not reserved yet (delayed
-// allocation): a buffered write gets ENOSPC now rather than its writeback
-// later.
-func (in *inode) reserveDelalloc(blk uint64) error {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if _, ok := in.delalloc[blk]; ok {
-		return nil
-	}
-	m, err := in.extentsLocked()
-	if err != nil {
-		return err
-	}
-	var one [1]extmap.Segment
-	if s := m.Lookup(blk, 1, one[:0]); !s[0].Hole {
-		return nil
-	}
-	if err := in.fs.alloc.Reserve(1); err != nil {
-		return syscall.ENOSPC
-	}
-	if in.delalloc == nil {
-		in.delalloc = map[uint64]struct{}{}
-	}
-	in.delalloc[blk] = struct{}{}
-	return nil
-}
-
-// takeDelallocLocked reports whether blk held a reservation, and forgets
-// it (the caller's allocation consumes it).
-//
-// Preconditions: in.mu is held.
-func (in *inode) takeDelallocLocked(blk uint64) bool {
-	if _, ok := in.delalloc[blk]; ok {
-		delete(in.delalloc, blk)
-		return true
-	}
-	return false
-}
-
-// releaseDelalloc gives back the reservations of blocks >= from (their
-// dirty pages were dropped: truncate, unlink).
-func (in *inode) releaseDelalloc(from uint64) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	var n uint64
-	for blk := range in.delalloc {
-		if blk >= from {
-			delete(in.delalloc, blk)
-			n++
-		}
-	}
-	if n > 0 {
-		_ = in.fs.alloc.Unreserve(n)
-	}
+// lockSpace takes the I/O lock exclusive for a space operation and drains
+// direct I/O.
+func (in *inode) lockSpace() {
+	in.io.Lock(iolock.Exclusive)
+	in.fs.counters.LockExclSpace.Add(1)
+	in.drain()
 }

@@ -19,6 +19,70 @@ import (
 // ordering as direct writes: allocated unwritten, written, converted with an
 // epoch, made durable by the next sync point.
 
+// fsync writes back the file's dirty pages, reports a writeback error if
+// one happened since the last fsync (the pages stay dirty: a failed
+// writeback is never reported as durable later), then runs a sync point.
+func (in *inode) fsync() error {
+	if err := in.fs.writable(); err != nil {
+		return err
+	}
+	werr := in.writebackPages(0, ^uint64(0), true)
+	if err := in.pages.TakeError(); err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
+	return in.fs.group.sync()
+}
+
+// writebackAll writes back every dirty page of the file system and waits.
+func (fs *FS) writebackAll() error {
+	var firstErr error
+	for _, m := range fs.cache.DirtyMappings() {
+		in := m.Owner.(*inode)
+		if err := in.writebackPages(0, ^uint64(0), true); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// flusher is the background writeback thread: it writes back files whose
+// dirty pages are older than WritebackAge, and, when the cache kicks it
+// (too many dirty pages, or no room for a new page), the oldest files
+// until the cache is below its dirty limit.
+func (fs *FS) flusher() {
+	defer fs.bg.Done()
+	t := time.NewTicker(max(fs.opts.WritebackAge/5, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		pressure := false
+		select {
+		case <-fs.closing:
+			return
+		case <-fs.cache.Kick():
+			pressure = true
+		case <-t.C:
+		}
+		if fs.shutdownErr() != nil {
+			continue
+		}
+		cutoff := time.Now().Add(-fs.opts.WritebackAge)
+		for _, m := range fs.cache.DirtyMappings() {
+			old := m.OldestDirty()
+			if !pressure && (old.IsZero() || old.After(cutoff)) {
+				continue
+			}
+			in := m.Owner.(*inode)
+			_ = in.writebackPages(0, ^uint64(0), false)
+			if pressure && !fs.cache.OverDirtyLimit() {
+				break
+			}
+		}
+	}
+}
+
 // writeback writes back the dirty pages holding bytes of [off, end), and
 // with wait, waits for them (and for writebacks already in flight there).
 func (in *inode) writeback(off, end int64, wait bool) error {
@@ -82,83 +146,6 @@ func (in *inode) writebackPages(first, last uint64, wait bool) error {
 	errMu.Lock()
 	defer errMu.Unlock()
 	return firstErr
-}
-
-// Block writebacks are serialised: one writeback of a block at a time
-// (in.wbBusy). A writeback copies the whole block and may write all of it,
-// and the device does not order overlapping writes in flight, so two
-// writebacks of one block could land in either order and the older win.
-// Waiting on a block's writeback never needs a page lock (completion takes
-// none), and a writeback takes its page locks only after it owns the
-// block, so the two cannot deadlock.
-
-// beginBlockWriteback waits until no writeback of blk is in flight and
-// claims it.
-func (in *inode) beginBlockWriteback(blk uint64) {
-	in.mu.Lock()
-	for {
-		ch, busy := in.wbBusy[blk]
-		if !busy {
-			break
-		}
-		in.mu.Unlock()
-		<-ch
-		in.mu.Lock()
-	}
-	if in.wbBusy == nil {
-		in.wbBusy = map[uint64]chan struct{}{}
-	}
-	in.wbBusy[blk] = make(chan struct{})
-	in.mu.Unlock()
-}
-
-// endBlockWriteback releases blk's writeback and wakes its waiters.
-func (in *inode) endBlockWriteback(blk uint64) {
-	in.mu.Lock()
-	ch := in.wbBusy[blk]
-	delete(in.wbBusy, blk)
-	in.mu.Unlock()
-	close(ch)
-}
-
-// cachedInRange reports whether any page holding bytes of [off, end) is
-// cached or any block writeback is in flight: invalidating the range could
-// then wait.
-func (in *inode) cachedInRange(off, end int64) bool {
-	if in.pages.Len() == 0 {
-		return in.writebackBusy()
-	}
-	first, last := in.pageRange(off, end)
-	ps := in.pages.Range(first, last)
-	in.pages.ReleaseAll(ps)
-	return len(ps) > 0 || in.writebackBusy()
-}
-
-// writebackBusy reports whether any block writeback is in flight.
-func (in *inode) writebackBusy() bool {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.wbBusy) > 0
-}
-
-// waitBlocksIdle waits until no writeback of a block in [first, last] is in
-// flight (before blocks are freed, zeroed or written directly).
-func (in *inode) waitBlocksIdle(first, last uint64) {
-	for {
-		in.mu.Lock()
-		var ch chan struct{}
-		for blk, c := range in.wbBusy {
-			if blk >= first && blk <= last {
-				ch = c
-				break
-			}
-		}
-		in.mu.Unlock()
-		if ch == nil {
-			return
-		}
-		<-ch
-	}
 }
 
 // span is a byte range within a run of blocks.
@@ -364,110 +351,66 @@ func spansCover(ss []span, lo, hi int64) bool {
 	return true
 }
 
-// writebackRange writes back (and waits for) the dirty pages holding bytes
-// of [off, end): what a direct read does first under the concurrent
-// policy. With nowait, any dirty page there gives EAGAIN.
-func (in *inode) writebackRange(off, end int64, nowait bool) error {
-	first, last := in.pageRange(off, end)
-	if !in.pages.HasDirty(first, last) {
-		return nil
-	}
-	if nowait {
-		return in.fs.nowaitEAGAIN(nwCachedPages)
-	}
-	if err := in.writebackPages(first, last, true); err != nil {
-		return err
-	}
-	return nil
-}
+// Block writebacks are serialised: one writeback of a block at a time
+// (in.wbBusy). A writeback copies the whole block and may write all of it,
+// and the device does not order overlapping writes in flight, so two
+// writebacks of one block could land in either order and the older win.
+// Waiting on a block's writeback never needs a page lock (completion takes
+// none), and a writeback takes its page locks only after it owns the
+// block, so the two cannot deadlock.
 
-// invalidateRange writes back and then drops the cached pages holding
-// bytes of [off, end) (kiocb_invalidate_pages): each page is locked and its
-// writeback waited for before it is removed, so waiters look it up again.
-func (in *inode) invalidateRange(off, end int64) error {
-	if in.pages.Len() == 0 && !in.writebackBusy() {
-		return nil
-	}
-	first, last := in.pageRange(off, end)
-	if err := in.writebackPages(first, last, true); err != nil {
-		return err
-	}
-	in.dropPages(first, last)
-	return nil
-}
-
-// dropPages removes pages first..last without writing them back.
-func (in *inode) dropPages(first, last uint64) {
-	ps := in.pages.Range(first, last)
-	for _, p := range ps {
-		p.Lock()
-		p.WaitWriteback()
-		in.pages.Remove(p)
-		p.Unlock()
-	}
-	in.pages.ReleaseAll(ps)
-}
-
-// fsync writes back the file's dirty pages, reports a writeback error if
-// one happened since the last fsync (the pages stay dirty: a failed
-// writeback is never reported as durable later), then runs a sync point.
-func (in *inode) fsync() error {
-	if err := in.fs.writable(); err != nil {
-		return err
-	}
-	werr := in.writebackPages(0, ^uint64(0), true)
-	if err := in.pages.TakeError(); err != nil {
-		return err
-	}
-	if werr != nil {
-		return werr
-	}
-	return in.fs.group.sync()
-}
-
-// writebackAll writes back every dirty page of the file system and waits.
-func (fs *FS) writebackAll() error {
-	var firstErr error
-	for _, m := range fs.cache.DirtyMappings() {
-		in := m.Owner.(*inode)
-		if err := in.writebackPages(0, ^uint64(0), true); err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	return firstErr
-}
-
-// flusher is the background writeback thread: it writes back files whose
-// dirty pages are older than WritebackAge, and, when the cache kicks it
-// (too many dirty pages, or no room for a new page), the oldest files
-// until the cache is below its dirty limit.
-func (fs *FS) flusher() {
-	defer fs.bg.Done()
-	t := time.NewTicker(max(fs.opts.WritebackAge/5, 10*time.Millisecond))
-	defer t.Stop()
+// beginBlockWriteback waits until no writeback of blk is in flight and
+// claims it.
+func (in *inode) beginBlockWriteback(blk uint64) {
+	in.mu.Lock()
 	for {
-		pressure := false
-		select {
-		case <-fs.closing:
-			return
-		case <-fs.cache.Kick():
-			pressure = true
-		case <-t.C:
+		ch, busy := in.wbBusy[blk]
+		if !busy {
+			break
 		}
-		if fs.shutdownErr() != nil {
-			continue
-		}
-		cutoff := time.Now().Add(-fs.opts.WritebackAge)
-		for _, m := range fs.cache.DirtyMappings() {
-			old := m.OldestDirty()
-			if !pressure && (old.IsZero() || old.After(cutoff)) {
-				continue
-			}
-			in := m.Owner.(*inode)
-			_ = in.writebackPages(0, ^uint64(0), false)
-			if pressure && !fs.cache.OverDirtyLimit() {
+		in.mu.Unlock()
+		<-ch
+		in.mu.Lock()
+	}
+	if in.wbBusy == nil {
+		in.wbBusy = map[uint64]chan struct{}{}
+	}
+	in.wbBusy[blk] = make(chan struct{})
+	in.mu.Unlock()
+}
+
+// endBlockWriteback releases blk's writeback and wakes its waiters.
+func (in *inode) endBlockWriteback(blk uint64) {
+	in.mu.Lock()
+	ch := in.wbBusy[blk]
+	delete(in.wbBusy, blk)
+	in.mu.Unlock()
+	close(ch)
+}
+
+// writebackBusy reports whether any block writeback is in flight.
+func (in *inode) writebackBusy() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.wbBusy) > 0
+}
+
+// waitBlocksIdle waits until no writeback of a block in [first, last] is in
+// flight (before blocks are freed, zeroed or written directly).
+func (in *inode) waitBlocksIdle(first, last uint64) {
+	for {
+		in.mu.Lock()
+		var ch chan struct{}
+		for blk, c := range in.wbBusy {
+			if blk >= first && blk <= last {
+				ch = c
 				break
 			}
 		}
+		in.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		<-ch
 	}
 }

@@ -1,0 +1,203 @@
+package sluice
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/internal/lockrank"
+	"github.com/sluicefs/sluice/iolock"
+)
+
+// The request types, from the caller's down to the device's: kiocb (one
+// read or write as the caller asked for it), dioOp (a direct read or write
+// in flight) and ioBatch (device requests that complete as one). They call
+// nothing above them: a batch reports its completion to its owner
+// (batchOwner; a dioOp's is the direct path's completion, in dio.go) or to
+// its finish function.
+
+// errQueued is returned by a path that accepted an asynchronous request
+// (kiocb.done set): done will be called later (the kernel's -EIOCBQUEUED).
+var errQueued = errors.New("sluice: request queued")
+
+// kiocb is one read or write request, the kernel's struct kiocb: what to
+// transfer, where, with which flags, and how to complete it.
+type kiocb struct {
+	in     *inode
+	buf    []byte
+	off    int64
+	direct bool
+	nowait bool // RWF_NOWAIT or the ring's inline attempt: EAGAIN, never block
+	dsync  bool // O_DSYNC, O_SYNC, RWF_DSYNC, RWF_SYNC
+	append bool // O_APPEND or RWF_APPEND
+	// keepPrivs skips the set-user-ID/capability stripping (RWFKeepPrivs).
+	keepPrivs bool
+	// done, when set, makes the request asynchronous: a path may return
+	// errQueued and call done exactly once later, from any goroutine.
+	done func(n int, err error)
+	// asyncRetry, when set on an asynchronous buffered read (seed 003),
+	// lets the read arm it as a callback on a page's unlock instead of
+	// blocking: the read returns errQueued and asyncRetry re-issues it.
+	// It runs on the unlocking goroutine and must not block.
+	asyncRetry func()
+}
+
+// ioBatch is a set of device requests that complete as one: once the
+// last of them completes, it calls its owner's batchDone (or, without an
+// owner, finish) once, with the first error. It submits through fs.dev,
+// which counts the requests.
+type ioBatch struct {
+	fs      *FS
+	pending atomic.Int32
+	errMu   lockrank.Mutex[lockrank.Leaf]
+	err     error
+	reqs    []device.Request
+	inline  [2]device.Request
+	doneFn  func(*device.Request, error) // b.done, bound once
+	owner   batchOwner
+	finish  func(err error)
+}
+
+// batchOwner is told when a batch completes.
+type batchOwner interface{ batchDone(err error) }
+
+func newBatch(fs *FS) *ioBatch {
+	b := &ioBatch{}
+	b.init(fs)
+	return b
+}
+
+func (b *ioBatch) init(fs *FS) {
+	b.fs = fs
+	b.reqs = b.inline[:0]
+	b.doneFn = b.done
+}
+
+// reset makes a finished batch ready for reuse.
+func (b *ioBatch) reset() {
+	clear(b.inline[:])
+	b.reqs = b.inline[:0]
+	b.err = nil
+}
+
+// add appends a request for later submission.
+func (b *ioBatch) add(op device.Op, buf []byte, off int64) {
+	b.reqs = append(b.reqs, device.Request{Op: op, Buf: buf, Off: off})
+}
+
+// submit starts every request; completion is reported once all have
+// completed. It must be called at most once, with at least one request.
+func (b *ioBatch) submit() {
+	dev := b.fs.dev
+	b.pending.Store(int32(len(b.reqs)))
+	for i := range b.reqs {
+		r := &b.reqs[i]
+		r.Done = b.doneFn
+		if err := dev.Submit(r); err != nil {
+			b.done(r, err)
+		}
+	}
+}
+
+func (b *ioBatch) done(_ *device.Request, err error) {
+	if err != nil {
+		b.errMu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.errMu.Unlock()
+	}
+	if b.pending.Add(-1) == 0 {
+		b.errMu.Lock()
+		err := eio(b.err)
+		b.errMu.Unlock()
+		if b.owner != nil {
+			b.owner.batchDone(err)
+		} else {
+			b.finish(err)
+		}
+	}
+}
+
+// run submits the batch and waits for it.
+func (b *ioBatch) run() error {
+	if len(b.reqs) == 0 {
+		return nil
+	}
+	ch := make(chan error, 1)
+	b.finish = func(err error) { ch <- err }
+	b.submit()
+	return <-ch
+}
+
+// dioOp is one direct read or write in flight: its device requests and
+// what to do when they complete. dioOps are pooled, so the I/O path
+// allocates almost nothing per request.
+type dioOp struct {
+	b  ioBatch
+	in *inode
+	k  *kiocb
+	// Set by the path before submission.
+	write    bool
+	n        int         // bytes to report on success (reads)
+	off, end int64       // the byte range written (writes)
+	conv     []fileRange // unwritten ranges to convert (writes)
+	mode     iolock.Mode // lock mode held (writes)
+	holdLock bool        // unlock only at completion (writes)
+	extends  bool        // the write ends past the size at submission (writes)
+	segs     [4]extmap.Segment
+	convBuf  [2]fileRange
+	// Completion of a synchronous request.
+	ch     chan struct{}
+	result struct {
+		n   int
+		err error
+	}
+}
+
+var dioPool = sync.Pool{New: func() any {
+	op := &dioOp{ch: make(chan struct{}, 1)}
+	op.b.owner = op
+	return op
+}}
+
+func newDioOp(in *inode, k *kiocb) *dioOp {
+	op := dioPool.Get().(*dioOp)
+	op.b.init(in.fs)
+	op.in, op.k = in, k
+	return op
+}
+
+func (op *dioOp) free() {
+	op.b.reset()
+	op.in, op.k, op.conv = nil, nil, nil
+	op.write, op.holdLock, op.extends = false, false, false
+	op.result.n, op.result.err = 0, nil
+	dioPool.Put(op)
+}
+
+// complete ends the request: an asynchronous one's done is called; a
+// synchronous one's waiter is woken.
+func (op *dioOp) complete(n int, err error) {
+	if done := op.k.done; done != nil {
+		op.free()
+		done(n, err)
+		return
+	}
+	op.result.n, op.result.err = n, err
+	op.ch <- struct{}{}
+}
+
+// wait returns the result of a synchronous request (and frees the op), or
+// errQueued for an asynchronous one.
+func (op *dioOp) wait() (int, error) {
+	if op.k.done != nil {
+		return 0, errQueued
+	}
+	<-op.ch
+	n, err := op.result.n, op.result.err
+	op.free()
+	return n, err
+}

@@ -1,0 +1,74 @@
+package sluice
+
+import (
+	"fmt"
+
+	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/meta"
+)
+
+// In-place zeroing on the device, for the write checks (a gap past EOF),
+// truncate and fallocate: zeroEOFTail (the bytes of the EOF block past
+// EOF) and zeroBlockRange (part of one written block). It calls down into
+// invalidation and the read-before-write rule.
+
+// zeroEOFTail zeroes, on the device, the bytes of the EOF block past EOF
+// size, so that extending the file can never expose stale bytes there
+// (left, for example, by a crash between an extending write and its size
+// update).
+//
+// Preconditions: in.io is held exclusive.
+func (in *inode) zeroEOFTail(size int64) error {
+	bs := in.fs.blockSize
+	if size%bs == 0 {
+		return nil
+	}
+	blk := size / bs
+	if err := in.invalidateRange(blk*bs, (blk+1)*bs); err != nil {
+		return err
+	}
+	wrote, err := in.zeroBlockRange(uint64(blk), size%bs, bs)
+	if err != nil || !wrote {
+		return err
+	}
+	// The zeros must be durable before the size that exposes them can be:
+	// otherwise a crash could keep the new size and the old bytes.
+	if err := device.Flush(in.fs.dev); err != nil {
+		return in.fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
+	}
+	return nil
+}
+
+// zeroBlockRange zeroes bytes [from, to) of file block blk on the device
+// if the block is written (holes and unwritten blocks read as zeros
+// already), by read-modify-write of the I/O units concerned where the range
+// covers them only in part (readBeforeWrite's rbwZeroPartUnit).
+//
+// Preconditions: in.io is held exclusive, and the block has no cached
+// pages.
+func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err error) {
+	fs := in.fs
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		in.mu.Unlock()
+		return false, err
+	}
+	s := m.Lookup(blk, 1, nil)[0]
+	in.mu.Unlock()
+	if s.Hole || s.State != meta.Written || from >= to {
+		return false, nil
+	}
+	u := fs.ioUnit
+	lo, hi := roundDown(from, u), roundUp(to, u)
+	buf := device.AlignedBuf(int(hi - lo))
+	dev := int64(s.DevBlock)*fs.blockSize + lo
+	if why := readBeforeWrite(fs.policy, rbwWrite{kind: rbwZeroing, uptodate: lo == from && hi == to}); why.read() {
+		fs.countRBW(why)
+		if err := device.ReadAt(fs.dev, buf, dev); err != nil {
+			return false, eio(err)
+		}
+	}
+	clear(buf[from-lo : to-lo])
+	return true, eio(device.WriteAt(fs.dev, buf, dev))
+}
