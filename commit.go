@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -215,5 +214,3 @@ func (g *groupSync) sync() error {
 	}
 	return r.err
 }
-
-var errStaleInode = errors.New("inode is no longer in the cache")

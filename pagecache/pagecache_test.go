@@ -81,6 +81,7 @@ func TestAsyncWaiterNotLost(t *testing.T) {
 			default:
 			}
 			p.Lock()
+			//lint:ignore SA2001 the test only needs the page lock taken and released
 			p.Unlock()
 		}
 	}()

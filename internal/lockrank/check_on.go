@@ -230,18 +230,3 @@ func writeStack(b *strings.Builder, pcs []uintptr) {
 		}
 	}
 }
-
-// goid returns the calling goroutine's id, read from its stack header
-// ("goroutine 123 [running]:").
-func goid() uint64 {
-	var buf [32]byte
-	n := runtime.Stack(buf[:], false)
-	var id uint64
-	for _, c := range buf[len("goroutine "):n] {
-		if c < '0' || c > '9' {
-			break
-		}
-		id = id*10 + uint64(c-'0')
-	}
-	return id
-}
