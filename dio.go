@@ -321,7 +321,7 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 
 // planWrite maps the byte range [off, off+len(buf)) for a direct write and
 // adds the device writes to op's batch. Holes are allocated first, as unwritten
-// extents, under the inode lock (never held across device I/O). Blocks in
+// extents, under the inode lock (never held across data-device I/O). Blocks in
 // written extents get exactly the caller's bytes. Blocks in unwritten
 // extents that the write covers only partly are written whole, with zeros
 // around the caller's bytes (head and tail zeroing), from a bounce buffer.

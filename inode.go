@@ -35,7 +35,9 @@ type inode struct {
 	pages *pagecache.Mapping
 
 	// mu is the short-held inode lock (XFS ILOCK): it guards the fields
-	// below and is never held across device I/O.
+	// below and is never held across data-device I/O (metadata commits,
+	// and the metadata sync of an allocation that finds only busy
+	// blocks, run under it).
 	mu lockrank.Mutex[lockrank.InodeMu]
 	// attr holds the attributes; attr.Size is the published size.
 	// Protected by mu.
