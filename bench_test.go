@@ -1,11 +1,9 @@
 package sluice
 
 import (
-	"encoding/json"
-	"fmt"
+	"context"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/extmap"
+	"github.com/sluicefs/sluice/internal/harness/fio"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -208,8 +207,7 @@ func BenchmarkCreateFsync8(b *testing.B) {
 // would see another latency. The two alternate in slices; medians are
 // reported.
 func BenchmarkBufferedRandRead4KQD1(b *testing.B) {
-	fio, err := exec.LookPath("fio")
-	if err != nil {
+	if !fio.Available() {
 		b.Skip("fio not installed: no reference to compare with")
 	}
 	fs, done := benchVolume(b, Concurrent())
@@ -262,24 +260,14 @@ func BenchmarkBufferedRandRead4KQD1(b *testing.B) {
 	}
 	fioRate := func() float64 {
 		seed++
-		out, err := exec.Command(fio, "--name=x", "--filename="+filepath.Join(dir, "data"),
-			fmt.Sprintf("--offset=%d", big.DevBlock*bs), fmt.Sprintf("--size=%d", big.Len*bs), fmt.Sprintf("--randseed=%d", seed%1000000),
-			"--rw=randread", "--direct=0", "--ioengine=psync", "--bs=4k", "--iodepth=1", "--invalidate=1",
-			"--time_based", fmt.Sprintf("--runtime=%dms", slice.Milliseconds()), "--output-format=json").Output()
+		r, err := fio.Run(context.Background(), fio.Job{Name: "x", Filename: filepath.Join(dir, "data"),
+			Offset: int64(big.DevBlock * bs), Size: int64(big.Len * bs), RandSeed: seed % 1000000,
+			RW: "randread", Direct: false, IOEngine: "psync", BS: bs, IODepth: 1, Invalidate: true,
+			TimeBased: true, Runtime: slice})
 		if err != nil {
-			b.Fatalf("fio: %v", err)
+			b.Fatal(err)
 		}
-		var res struct {
-			Jobs []struct {
-				Read struct {
-					IOPS float64 `json:"iops"`
-				} `json:"read"`
-			} `json:"jobs"`
-		}
-		if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) != 1 {
-			b.Fatalf("fio output: %v", err)
-		}
-		return res.Jobs[0].Read.IOPS
+		return r.Read.IOPS
 	}
 	var eng, ref, ratio []float64
 	for round := range 5 {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicefs/sluice/internal/harness/fio"
 )
 
 func TestParseOnly(t *testing.T) {
@@ -60,37 +62,29 @@ func TestFioArgs(t *testing.T) {
 		!strings.Contains(b, "--name=w5 --filename=/d/g --rw=write --bs=524288 --direct=0 --ioengine=psync --iodepth=1 --numjobs=1 --size=268435456 --runtime=1000ms --sync=1 --end_fsync=1") {
 		t.Errorf("batch args: %s", b)
 	}
+	j4 := sysJob{name: "w4-qd8", rw: "randread", path: "/d/f", ioengine: "io_uring", bs: 4096, numjobs: 1, iodepth: 8, size: 1 << 30,
+		runtime: time.Second, timeBased: true, randseed: 89}
+	if got, want := f.cmdline(j4), "/usr/bin/fio --name=w4-qd8 --filename=/d/f --rw=randread --bs=4096 --direct=0 --ioengine=io_uring --iodepth=8 "+
+		"--numjobs=1 --size=1073741824 --runtime=1000ms --time_based --norandommap --randrepeat=0 --randseed=89 --allow_file_create=0 --fallocate=none "+
+		"--invalidate=1 --group_reporting --output-format=json"; got != want {
+		t.Errorf("cmdline:\n got %s\nwant %s", got, want)
+	}
 }
 
-func TestParseFio(t *testing.T) {
-	out, err := os.ReadFile("testdata/fio-batch.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	jobs, err := parseFio(append([]byte("note: a notice fio printed first\n"), out...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(jobs) != 2 || jobs[0].JobName != "w2-bs512" || jobs[1].JobName != "w2-bs4096" {
-		t.Fatalf("jobs %+v", jobs)
-	}
-	r, err := fioResult(jobs[0], sysResult{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.readIOs != jobs[0].Read.TotalIOs || r.writeIOs != jobs[0].Write.TotalIOs || r.elapsed != time.Duration(jobs[0].Read.Runtime)*time.Millisecond {
-		t.Errorf("result %+v from %+v", r, jobs[0])
-	}
-	wantCPU := time.Duration((jobs[0].UsrCPU + jobs[0].SysCPU) / 100 * float64(jobs[0].JobRuntime) * float64(time.Millisecond))
-	if r.cpu != wantCPU || r.cpu <= 0 {
-		t.Errorf("cpu %v, want %v", r.cpu, wantCPU)
+// TestFioResult: fio's figures of a job group (parsed by
+// internal/harness/fio) become the peer's metrics.
+func TestFioResult(t *testing.T) {
+	fr := fio.Result{Cmdline: "fio --name=w2", Read: fio.DirStats{IOs: 7980, Bytes: 7980 * 512},
+		Write: fio.DirStats{IOs: 8020, Bytes: 8020 * 512}, Elapsed: 201 * time.Millisecond, CPU: 150 * time.Millisecond, Switches: 9000}
+	r := fioResult(fr)
+	want := sysResult{readIOs: 7980, writeIOs: 8020, readBytes: 7980 * 512, writeBytes: 8020 * 512, elapsed: 201 * time.Millisecond,
+		cpu: 150 * time.Millisecond, switches: 9000, cmdline: "fio --name=w2"}
+	if r != want {
+		t.Errorf("fioResult = %+v, want %+v", r, want)
 	}
 	m := r.metrics(true)
 	if m["iops"] <= 0 || m["read_iops"]+m["write_iops"] != m["iops"] {
 		t.Errorf("metrics %v", m)
-	}
-	if _, err := parseFio([]byte("fio: file not found")); err == nil {
-		t.Error("parseFio accepted garbage")
 	}
 }
 

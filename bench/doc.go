@@ -15,8 +15,9 @@
 // image ("fio:raw": a fully written plain file on the work directory's
 // file system, the physical limit), XFS and ext4 on direct-I/O loop
 // devices (Config.KernelPeers, root) and any --target directory. Peers
-// run under fio when it is installed (its JSON output), otherwise under
-// a built-in Go runner of psync goroutines ("go:raw").
+// run under fio when it is installed (through internal/harness/fio, the
+// tree's one fio runner), otherwise under a built-in Go runner of psync
+// goroutines ("go:raw").
 //
 //	W1 (seed 001) O_DIRECT sequential reads of one file, bs 512 B/4 KiB/16 KiB x 1-32
 //	   readers, each in its own region; engine: one goroutine per reader.

@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -194,15 +193,6 @@ func readDiskStat(mm string) diskStat {
 	}
 	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i], 10, 64); return v }
 	return diskStat{ok: true, reads: n(0), readSectors: n(2), writes: n(4), writtenSectors: n(6)}
-}
-
-// fioVersion returns "PATH (fio-3.33)", or "" if fio does not run.
-func fioVersion(path string) string {
-	out, err := exec.Command(path, "--version").Output()
-	if err != nil {
-		return ""
-	}
-	return path + " (" + strings.TrimSpace(string(out)) + ")"
 }
 
 // ownCPU is the CPU time of this process and its waited-for children

@@ -200,3 +200,17 @@ func checkKernelPeerTools() error {
 	}
 	return nil
 }
+
+// firstLines returns the first n non-empty lines of s, joined.
+func firstLines(s string, n int) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+			if len(out) == n {
+				break
+			}
+		}
+	}
+	return strings.Join(out, " / ")
+}

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/sluicefs/sluice/internal/harness/fio"
 )
 
 // runner is one Run in progress.
@@ -207,7 +209,7 @@ func (r *runner) setupRunner() {
 		full, err := exec.LookPath(path)
 		v := ""
 		if err == nil {
-			v = fioVersion(full)
+			v = fio.Version(full)
 		}
 		if v == "" {
 			r.sys = goRunner{}

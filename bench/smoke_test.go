@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sluicefs/sluice/device/directdev"
+	"github.com/sluicefs/sluice/internal/harness/fio"
 )
 
 // The smoke test runs the whole suite, every cell of the full grid, and
@@ -77,12 +77,12 @@ func runSmoke(t *testing.T, cfg Config) *Report {
 
 func TestSmokeReport(t *testing.T) {
 	sz := smokeSizing(t)
-	fio := "none"
-	if _, err := exec.LookPath("fio"); err == nil {
-		fio = ""
+	cfg := Config{Sizing: sz, Fio: "none", Command: "smoke test"}
+	if fio.Available() {
+		cfg.Fio = "" // fio in PATH
 	}
-	rep := runSmoke(t, Config{Sizing: sz, Fio: fio, Command: "smoke test"})
-	checkReport(t, rep, sz, fio != "none")
+	rep := runSmoke(t, cfg)
+	checkReport(t, rep, sz, fio.Available())
 }
 
 // TestSmokeGoRunner runs the peers through the Go runner (the fallback

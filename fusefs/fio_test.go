@@ -1,23 +1,29 @@
 package fusefs
 
 import (
+	"context"
+	"errors"
 	"fmt"
-	"os/exec"
 	"testing"
+
+	"github.com/sluicefs/sluice/internal/harness/fio"
 )
 
-// runFio runs fio with the given job options and fails the test if fio
-// reports an error (a verify failure included).
-func runFio(t *testing.T, dir string, args ...string) {
+// runFio runs fio job j (named "verify", its files in dir) and fails the
+// test if fio reports an error (a verify failure included), with fio's
+// messages.
+func runFio(t *testing.T, dir string, j fio.Job) {
 	t.Helper()
-	fio, err := exec.LookPath("fio")
-	if err != nil {
+	if !fio.Available() {
 		t.Skip("fio is not installed")
 	}
-	all := append([]string{"--name=verify", "--directory=" + dir, "--output-format=terse", "--minimal", "--verify_state_save=0"}, args...)
-	out, err := exec.Command(fio, all...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("fio %v: %v\n%s", args, err, out)
+	j.Name, j.Directory = "verify", dir
+	if _, err := fio.Run(context.Background(), j); err != nil {
+		var fe *fio.Error
+		if errors.As(err, &fe) {
+			t.Fatalf("%s: %v\n%s", fe.Cmdline, fe.Err, fe.Stderr)
+		}
+		t.Fatal(err)
 	}
 }
 
@@ -28,23 +34,28 @@ func TestFioVerify(t *testing.T) {
 	for _, cc := range cacheConfigs {
 		t.Run(cc.name, func(t *testing.T) {
 			e := newMountEnv(t, envOpts{fuse: cc.opts})
-			common := []string{"--rw=randwrite", "--bs=4k", "--size=2m", "--numjobs=4", "--verify=crc32c",
-				"--do_verify=1", "--verify_fatal=1", "--group_reporting"}
-			for _, direct := range []int{0, 1} {
-				engine := []string{"--ioengine=psync"}
-				if direct == 1 {
-					engine = []string{"--ioengine=libaio", "--iodepth=16"}
+			for _, direct := range []bool{false, true} {
+				j := fio.Job{Direct: direct, IOEngine: "psync", RW: "randwrite", BS: 4096, Size: 2 << 20, NumJobs: 4, Verify: "crc32c"}
+				if direct {
+					j.IOEngine, j.IODepth = "libaio", 16
 				}
-				t.Run(fmt.Sprintf("direct=%d/shared", direct), func(t *testing.T) {
-					args := append(append([]string{fmt.Sprintf("--direct=%d", direct), "--filename=shared", "--offset_increment=2m"}, engine...), common...)
-					runFio(t, e.dir, args...)
+				t.Run(fmt.Sprintf("direct=%d/shared", b2i(direct)), func(t *testing.T) {
+					shared := j
+					shared.Filename, shared.OffsetIncrement = "shared", 2<<20
+					runFio(t, e.dir, shared)
 				})
-				t.Run(fmt.Sprintf("direct=%d/separate", direct), func(t *testing.T) {
-					args := append(append([]string{fmt.Sprintf("--direct=%d", direct)}, engine...), common...)
-					runFio(t, e.dir, args...)
+				t.Run(fmt.Sprintf("direct=%d/separate", b2i(direct)), func(t *testing.T) {
+					runFio(t, e.dir, j)
 				})
 			}
 			e.checkClean()
 		})
 	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

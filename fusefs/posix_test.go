@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+
+	"github.com/sluicefs/sluice/internal/harness/fio"
 )
 
 // posixSkip lists the posixtest cases that are not about the file system:
@@ -98,9 +100,9 @@ func TestBlockGranularDevice(t *testing.T) {
 		})
 	}
 	t.Run("fio", func(t *testing.T) {
-		for _, direct := range []string{"0", "1"} {
-			runFio(t, e.dir, "--direct="+direct, "--ioengine=psync", "--rw=randwrite", "--bs=4k", "--size=2m", "--numjobs=2",
-				"--verify=crc32c", "--do_verify=1", "--verify_fatal=1")
+		for _, direct := range []bool{false, true} {
+			runFio(t, e.dir, fio.Job{Direct: direct, IOEngine: "psync", RW: "randwrite", BS: 4096, Size: 2 << 20, NumJobs: 2,
+				Verify: "crc32c"})
 		}
 	})
 	e.checkClean()

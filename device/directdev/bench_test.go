@@ -1,16 +1,14 @@
 package directdev
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/internal/harness/fio"
 )
 
 var (
@@ -93,41 +92,22 @@ func runFio(b *testing.B, path string, qd int) fioResult {
 // runFioFor runs fio for d.
 func runFioFor(b *testing.B, path string, qd int, d time.Duration) fioResult {
 	b.Helper()
-	fio, err := exec.LookPath("fio")
-	if err != nil {
+	if !fio.Available() {
 		b.Skip("fio not installed: no reference to compare with")
 	}
-	args := []string{"--name=x", "--filename=" + path, "--ioengine=io_uring", "--direct=1", "--rw=randread",
-		"--bs=4k", "--iodepth=" + strconv.Itoa(qd), "--time_based", fmt.Sprintf("--runtime=%dms", d.Milliseconds()),
-		"--output-format=json"}
-	out, err := exec.Command(fio, args...).Output()
+	r, err := fio.Run(context.Background(), fio.Job{Name: "x", Filename: path, IOEngine: "io_uring", Direct: true, RW: "randread",
+		BS: benchBlock, IODepth: qd, TimeBased: true, Runtime: d})
 	if err != nil {
-		b.Fatalf("fio %v: %v", args, err)
+		b.Fatal(err)
 	}
-	var res struct {
-		Jobs []struct {
-			Read struct {
-				IOPS     float64 `json:"iops"`
-				TotalIOs float64 `json:"total_ios"`
-			} `json:"read"`
-			RuntimeMillis float64 `json:"job_runtime"`
-			UsrCPU        float64 `json:"usr_cpu"`
-			SysCPU        float64 `json:"sys_cpu"`
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal(out, &res); err != nil || len(res.Jobs) != 1 {
-		b.Fatalf("fio output: %v", err)
-	}
-	j := res.Jobs[0]
-	r := fioResult{IOPS: j.Read.IOPS}
-	if j.Read.TotalIOs > 0 {
-		r.CPUPerOp = (j.UsrCPU + j.SysCPU) / 100 * j.RuntimeMillis * 1e3 / j.Read.TotalIOs
+	res := fioResult{IOPS: r.Read.IOPS}
+	if r.Read.IOs > 0 {
+		res.CPUPerOp = float64(r.CPU.Nanoseconds()) / 1e3 / float64(r.Read.IOs)
 	}
 	if d >= time.Second {
-		b.Logf("fio --ioengine=io_uring --direct=1 --rw=randread --bs=4k --iodepth=%d --runtime=%v: %.0f IOPS, %.2f cpu-us/op",
-			qd, d, r.IOPS, r.CPUPerOp)
+		b.Logf("%s: %.0f IOPS, %.2f cpu-us/op", r.Cmdline, res.IOPS, res.CPUPerOp)
 	}
-	return r
+	return res
 }
 
 // fioBefore returns the latest fio result at depth qd, measuring it if
@@ -170,7 +150,7 @@ func fioAfter(b *testing.B, path string, qd int) fioResult {
 // The image is -directdev.benchdir/directdev-bench-1g.img, created on first
 // use. The benchmark skips when fio is not installed.
 func BenchmarkRandRead(b *testing.B) {
-	if _, err := exec.LookPath("fio"); err != nil {
+	if !fio.Available() {
 		b.Skip("fio not installed: no reference to compare with")
 	}
 	path := benchImage(b)
@@ -215,14 +195,14 @@ func BenchmarkRandRead(b *testing.B) {
 							b.ReportMetric(float64(s.DepthNanos-stats.DepthNanos)/float64(elapsed.Nanoseconds()), "mean-qd")
 						}
 					}
-					fio := before
+					ref := before
 					if elapsed >= 500*time.Millisecond {
 						after := fioAfter(b, path, qd)
-						fio = fioResult{IOPS: (before.IOPS + after.IOPS) / 2, CPUPerOp: (before.CPUPerOp + after.CPUPerOp) / 2}
+						ref = fioResult{IOPS: (before.IOPS + after.IOPS) / 2, CPUPerOp: (before.CPUPerOp + after.CPUPerOp) / 2}
 					}
-					b.ReportMetric(fio.IOPS, "fio-IOPS")
-					b.ReportMetric(fio.CPUPerOp, "fio-cpu-us/op")
-					b.ReportMetric(iops/fio.IOPS, "fio-ratio")
+					b.ReportMetric(ref.IOPS, "fio-IOPS")
+					b.ReportMetric(ref.CPUPerOp, "fio-cpu-us/op")
+					b.ReportMetric(iops/ref.IOPS, "fio-ratio")
 				})
 			}
 		}
@@ -292,7 +272,7 @@ func benchAsync(b *testing.B, d *Device, qd int) {
 // fio/fio case pairs fio with itself and shows the noise floor. It runs once
 // whatever b.N is.
 func BenchmarkRandReadVsFio(b *testing.B) {
-	if _, err := exec.LookPath("fio"); err != nil {
+	if !fio.Available() {
 		b.Skip("fio not installed: no reference to compare with")
 	}
 	path := benchImage(b)
