@@ -4,6 +4,7 @@ package lockrank
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -41,8 +42,14 @@ var disabled atomic.Bool
 // (one goroutine holding it shared twice, say).
 func Disable() { disabled.Store(true) }
 
-// onViolation reports a violation; tests of this package replace it.
-var onViolation = func(msg string) { panic(msg) }
+// onViolation reports a violation; tests of this package replace it. The
+// report goes to standard error before the panic, because a caller may
+// recover panics (go-fuse turns a handler's panic into EIO) and the locks
+// the goroutine holds then stay held: the report must not be lost with it.
+var onViolation = func(msg string) {
+	fmt.Fprintln(os.Stderr, msg)
+	panic(msg)
+}
 
 func state(create bool) *gstate {
 	id := gkey()
