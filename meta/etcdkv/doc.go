@@ -81,8 +81,12 @@
 // whatever the cause carries. A Commit that fails with anything but
 // ErrConflict, ErrTxnTooLarge or "not applied" may or may not have been
 // applied (the request may have reached raft before the connection or the
-// timeout ran out): the error says "outcome unknown". Only Get of an absent
-// key returns meta.ErrNotFound.
+// timeout ran out): the error says "outcome unknown". That is what a commit
+// in flight when the etcd leader crashes gets: the followers forward it to
+// the dead leader until they elect another, and it is lost. Telling such a
+// commit applied from not (a commit record compared and written by every
+// commit, which also fences out a second writer) is the next step of issue
+// 18. Only Get of an absent key returns meta.ErrNotFound.
 //
 // # Concurrency
 //

@@ -3,10 +3,12 @@
 // ports, with its data in a directory of the caller's. It is for tests
 // only: importing it links the etcd server, which no sluice binary does.
 //
-// Members can be stopped and restarted (with their data) to test what a
-// client sees when the cluster loses a member or its quorum. Every wait is
-// bounded: Start, Restart and the members' own shutdown give up after
-// Options.StartTimeout, and Close stops everything it started.
+// Members can be stopped (gracefully: a leader hands over first) or killed
+// (a leader just disappears) and restarted with their data, to test what a
+// client sees when the cluster loses a member, its leader or its quorum.
+// Every wait is bounded: Start, Restart and WaitLeader give up after
+// Options.StartTimeout, a member's shutdown is bounded by etcd's own
+// request timeout, and Close stops everything Start started.
 //
 // A Cluster's methods are not safe for concurrent use; a test drives it
 // from one goroutine.
@@ -226,6 +228,19 @@ func (c *Cluster) Stop(members ...int) {
 			m.etcd.Close()
 			m.etcd = nil
 		}
+	}
+}
+
+// Kill stops member i abruptly, as a crash would as far as the other
+// members see it: its raft node stops first, so a leader hands over
+// nothing and the others must elect a new leader after ElectionMs. (Its
+// data stays complete, for Restart.)
+func (c *Cluster) Kill(i int) {
+	m := c.members[i]
+	if m.etcd != nil {
+		m.etcd.Server.HardStop()
+		m.etcd.Close()
+		m.etcd = nil
 	}
 }
 
