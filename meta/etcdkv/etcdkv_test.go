@@ -579,6 +579,31 @@ func TestMemberFailures(t *testing.T) {
 	}
 }
 
+// TestMergeRanges: a Txn's scanned ranges cost one comparison per run of
+// overlapping or adjacent ranges.
+func TestMergeRanges(t *testing.T) {
+	got := mergeRanges([]keyRange{{"c", "d"}, {"a", "b"}, {"b", "b5"}, {"x", "z"}, {"c", "c5"}, {"b2", "c"}, {"y", "y1"}})
+	if want := "[{a d} {x z}]"; fmt.Sprint(got) != want {
+		t.Fatalf("mergeRanges = %v, want %s", got, want)
+	}
+	kv := open(t, Options{})
+	set(t, kv, "a", "1", "b1", "1", "b2", "1")
+	tx := kv.NewTxn().(*txn)
+	defer tx.Abort()
+	for range 3 {
+		if err := tx.Scan([]byte("b"), []byte("c"), func(k, v []byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Get([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	tx.Set([]byte("w"), nil)
+	if _, _, req := tx.request(); len(req.Compare) != 4 {
+		t.Fatalf("%d comparisons, want 4 (a, b1, b2 and the range [b, c))", len(req.Compare))
+	}
+}
+
 func TestOptions(t *testing.T) {
 	o := Options{Prefix: "", RequestTimeout: -1, MaxTxnOps: -1, MaxRequestBytes: 10, ScanPageSize: -5}
 	err := o.Validate()
@@ -589,6 +614,9 @@ func TestOptions(t *testing.T) {
 	}
 	if _, err := Open(o); err == nil {
 		t.Fatal("Open with invalid options succeeded")
+	}
+	if err := (&Options{Endpoints: []string{"x"}, Prefix: "\xff\xff"}).Validate(); err == nil || !strings.Contains(err.Error(), "0xff") {
+		t.Fatalf("Validate of an all-0xff prefix: %v", err)
 	}
 	o = Options{Endpoints: []string{"http://127.0.0.1:1"}, Prefix: "v/"}
 	o.EnsureDefaults()

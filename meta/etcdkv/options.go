@@ -3,6 +3,7 @@ package etcdkv
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,7 +17,8 @@ type Options struct {
 	// another when one fails. Required unless Client is set.
 	Endpoints []string
 	// Client is a connected etcd client to use instead of dialling
-	// Endpoints; Close leaves it open. The default value is nil.
+	// Endpoints; Close leaves it open. Its MaxCallSendMsgSize must exceed
+	// MaxRequestBytes. The default value is nil.
 	Client *clientv3.Client
 	// Prefix is prepended to every key: the volume's own key space, e.g.
 	// "sluice/<volume uuid>/". Required. No volume's prefix may be a prefix
@@ -85,6 +87,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Prefix == "" {
 		errs = append(errs, errors.New("empty Prefix: a volume needs its own key space"))
+	}
+	if o.Prefix != "" && strings.Count(o.Prefix, "\xff") == len(o.Prefix) {
+		errs = append(errs, fmt.Errorf("a Prefix of 0xff bytes only (%q) has no range end", o.Prefix))
 	}
 	if o.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("RequestTimeout %v is negative", o.RequestTimeout))

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/btree"
@@ -267,7 +269,7 @@ func (t *txn) request() ([]clientv3.Cmp, []clientv3.Op, *pb.TxnRequest) {
 	for _, k := range keys {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", t.readKeys[k]))
 	}
-	for _, r := range t.readRanges {
+	for _, r := range mergeRanges(t.readRanges) {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(r.from).WithRange(r.to), "<", t.rev+1))
 	}
 	for i := range cmps {
@@ -288,6 +290,23 @@ func (t *txn) request() ([]clientv3.Cmp, []clientv3.Op, *pb.TxnRequest) {
 		return true
 	})
 	return cmps, ops, req
+}
+
+// mergeRanges returns rs sorted, with overlapping or adjacent ranges
+// merged: one comparison each. (No range ends at etcd's "\x00", "to the
+// end of the key space": Validate refuses a prefix of 0xff bytes only.)
+func mergeRanges(rs []keyRange) []keyRange {
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b keyRange) int { return strings.Compare(a.from, b.from) })
+	var out []keyRange
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.from <= out[n-1].to {
+			out[n-1].to = max(out[n-1].to, r.to)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // checkLimits refuses a transaction etcd would refuse: more than MaxTxnOps
