@@ -157,12 +157,14 @@ func (t *txn) Scan(start, end []byte, fn func(key, value []byte) error) error {
 		}
 		return nil
 	})
-	if err != nil && err != errStopScan {
-		return err
+	if err == errStopScan {
+		err = nil
 	}
-	if fnErr == nil {
+	if err == nil && fnErr == nil {
 		flush(nil)
 	}
+	// Record what fn saw, even when the scan failed part way: the caller
+	// may go on with the Txn.
 	if t.rev == 0 {
 		t.rev = rev
 	}
@@ -170,12 +172,18 @@ func (t *txn) Scan(start, end []byte, fn func(key, value []byte) error) error {
 		t.readKeys[k] = mod
 	}
 	r := keyRange{from: t.kv.key(start), to: t.kv.rangeEnd(end)}
-	if fnErr != nil {
-		r.to = t.kv.key(last) + "\x00"
+	if err != nil || fnErr != nil {
+		r.to = ""
+		if last != nil {
+			r.to = t.kv.key(last) + "\x00"
+		}
 	}
-	if rev != 0 {
-		// rev is 0 only if nothing was read from etcd (an empty range).
+	// rev is 0 if nothing was read from etcd.
+	if rev != 0 && r.to != "" {
 		t.readRanges = append(t.readRanges, r)
+	}
+	if err != nil {
+		return err
 	}
 	return fnErr
 }
