@@ -63,15 +63,16 @@
 // # Durability
 //
 // An etcd commit returns once a quorum of members has written it to its
-// write-ahead log (fsynced) and the leader has applied it, so every
+// write-ahead log (fsynced) and it has been applied, so every
 // committed transaction is already durable on a quorum of machines: the
 // sync argument of Commit is ignored and Sync does nothing.
 //
 // # Errors
 //
 // Every etcd call is bounded by Options.RequestTimeout. Commit asks etcd to
-// refuse the request when the member knows no leader (during an election,
-// or without a quorum) and sends it again until the timeout: such a refusal
+// refuse the request when the member knows no leader (it has noticed the
+// leader is gone, or the cluster has no quorum) and sends it again until
+// the timeout: such a refusal
 // says the transaction was not applied, and the error says "not applied".
 // An error from etcd
 // or the network is returned wrapped in an *OpError, which names the
