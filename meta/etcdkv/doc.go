@@ -1,0 +1,96 @@
+// Package etcdkv stores sluice's metadata in an etcd cluster: a meta.KV
+// whose commits are replicated by raft to a quorum of etcd members, so that
+// the metadata survives the loss of a machine (issue 18). It is a work in
+// progress: mkfs, the engine and the mount still use the embedded Pebble
+// store (meta.OpenPebble); this package and its tests are the first step.
+//
+// # Keys
+//
+// A volume's keys live under Options.Prefix: key k is stored as the etcd key
+// Prefix+k, and Scan(start, end) reads the etcd range [Prefix+start,
+// Prefix+end). etcd orders keys bytewise, as Pebble's default comparer
+// does, so scans return keys in bytes.Compare order. Values are stored
+// exactly as given: the schema's records keep their format byte and CRC-32C,
+// and a value damaged anywhere on the way fails to decode with
+// meta.ErrCorrupt.
+//
+// # Reads
+//
+// KV.Get and KV.Scan are linearizable reads: they see every commit that
+// returned before they started. A Scan is read in pages of
+// Options.ScanPageSize keys, every page at the revision of the first, so a
+// scan sees one consistent state however long it runs.
+//
+// # Transactions
+//
+// A Txn is optimistic and serializable. Its reads are made at one revision
+// (the revision of its first read, so its body sees one consistent state)
+// and recorded: every key it read with the revision at which that key was
+// last modified (0 when it was absent), every range it scanned. Its writes
+// are buffered (reads through the Txn see them, as Pebble's indexed batches
+// do; a key written twice keeps the last write). Commit sends one etcd
+// transaction that applies the writes only if nothing it read has changed:
+//
+//	If(ModRevision(key) == recorded, for every key read;
+//	   ModRevision(range) < readRevision+1, for every range scanned,
+//	   which catches keys inserted into it)
+//	Then(the puts and deletes)
+//
+// A scan that its callback stopped records only the part it delivered.
+// When the comparison fails, Commit returns an error wrapping ErrConflict
+// and writes nothing. A Txn cannot run its caller's logic again, so the
+// retry is the caller's: start a new Txn and re-run the transaction body,
+// a bounded number of times. A Txn that only read commits without a round
+// trip: its reads were one consistent state.
+//
+// etcd applies a transaction whole or not at all, and refuses one with more
+// than --max-txn-ops comparisons or operations, or a request larger than
+// --max-request-bytes. Commit never splits a transaction: it checks the
+// limits (Options.MaxTxnOps, Options.MaxRequestBytes, which must not
+// exceed the server's) first and fails with an error wrapping
+// ErrTxnTooLarge that names the limit and the numbers; a server with lower
+// limits gives the same error.
+//
+// # Snapshots
+//
+// A Snapshot remembers the revision current when it was taken and reads at
+// it. etcd keeps old revisions only until it compacts them (the cluster's
+// --auto-compaction-* settings, or an explicit compaction): a snapshot
+// whose revision has been compacted fails every read with an error
+// wrapping ErrCompacted. A Txn whose read revision is compacted fails the
+// same way.
+//
+// # Durability
+//
+// An etcd commit returns once a quorum of members has written it to its
+// write-ahead log (fsynced) and it has been applied, so every
+// committed transaction is already durable on a quorum of machines: the
+// sync argument of Commit is ignored and Sync does nothing.
+//
+// # Errors
+//
+// Every etcd call is bounded by Options.RequestTimeout. Commit asks etcd to
+// refuse the request when the member knows no leader (it has noticed the
+// leader is gone, or the cluster has no quorum) and sends it again until
+// the timeout: such a refusal
+// says the transaction was not applied, and the error says "not applied".
+// An error from etcd
+// or the network is returned wrapped in an *OpError, which names the
+// operation and the key, keeps the cause in the chain (errors.Is works
+// with context.DeadlineExceeded, etcd's rpctypes errors, ErrConflict, ...)
+// and also matches syscall.EIO, so the engine reports it as an I/O error
+// whatever the cause carries. A Commit that fails with anything but
+// ErrConflict, ErrTxnTooLarge or "not applied" may or may not have been
+// applied (the request may have reached raft before the connection or the
+// timeout ran out): the error says "outcome unknown". That is what a commit
+// in flight when the etcd leader crashes gets: the followers forward it to
+// the dead leader until they elect another, and it is lost. Telling such a
+// commit applied from not (a commit record compared and written by every
+// commit, which also fences out a second writer) is the next step of issue
+// 18. Only Get of an absent key returns meta.ErrNotFound.
+//
+// # Concurrency
+//
+// A KV and its Snapshots are safe for concurrent use; a Txn is used by one
+// goroutine, as meta.Txn says.
+package etcdkv

@@ -1,0 +1,234 @@
+package etcdkv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sluicefs/sluice/meta"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// KV is a meta.KV stored in etcd under one key prefix.
+type KV struct {
+	opts      Options // Immutable.
+	client    *clientv3.Client
+	ownClient bool   // Close closes client. Immutable.
+	prefixEnd string // the end of the prefix's range. Immutable.
+}
+
+var _ meta.KV = (*KV)(nil)
+
+// grpcOverheadBytes is what the client may send beyond MaxRequestBytes:
+// etcd's gRPC server accepts messages that much larger than
+// --max-request-bytes, and refuses the request itself when it is too large.
+const grpcOverheadBytes = 512 << 10
+
+// Open connects to the cluster (or uses o.Client) and returns the KV of the
+// volume under o.Prefix. It does not contact the cluster: the first request
+// does.
+func Open(o Options) (*KV, error) {
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o.Endpoints = append([]string(nil), o.Endpoints...)
+	kv := &KV{opts: o, client: o.Client, prefixEnd: clientv3.GetPrefixRangeEnd(o.Prefix)}
+	if kv.client == nil {
+		c, err := clientv3.New(clientv3.Config{
+			Endpoints:          o.Endpoints,
+			DialTimeout:        o.DialTimeout,
+			Logger:             o.Logger,
+			MaxCallSendMsgSize: o.MaxRequestBytes + grpcOverheadBytes,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("etcdkv: connecting to %v: %w", o.Endpoints, err)
+		}
+		kv.client, kv.ownClient = c, true
+	}
+	return kv, nil
+}
+
+// Options returns the options the KV runs with, defaults filled in.
+func (kv *KV) Options() Options { return kv.opts }
+
+// key returns the etcd key of k.
+func (kv *KV) key(k []byte) string { return kv.opts.Prefix + string(k) }
+
+// rangeEnd returns the etcd key that ends the range of keys before end;
+// nil is the end of the volume's key space.
+func (kv *KV) rangeEnd(end []byte) string {
+	if end == nil {
+		return kv.prefixEnd
+	}
+	return kv.key(end)
+}
+
+// strip returns the volume's key of etcd key k.
+func (kv *KV) strip(k []byte) []byte { return k[len(kv.opts.Prefix):] }
+
+func (kv *KV) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), kv.opts.RequestTimeout)
+}
+
+// readError converts the error of a read at rev (0: the latest revision).
+func readError(op string, key []byte, rev int64, err error) error {
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		err = fmt.Errorf("%w: reading at revision %d, which etcd has compacted away: %w", ErrCompacted, rev, err)
+	}
+	return opError(op, bytes.Clone(key), err)
+}
+
+// get reads key at rev (0: the latest revision, linearizably) and returns
+// its value, the revision it was last modified at (0 when absent) and the
+// revision read.
+func (kv *KV) get(op string, key []byte, rev int64) (value []byte, modRev, readRev int64, err error) {
+	ctx, cancel := kv.ctx()
+	defer cancel()
+	var opts []clientv3.OpOption
+	if rev != 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := kv.client.Get(ctx, kv.key(key), opts...)
+	if err != nil {
+		return nil, 0, 0, readError(op, key, rev, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, resp.Header.Revision, nil
+	}
+	e := resp.Kvs[0]
+	value = e.Value
+	if value == nil {
+		value = []byte{}
+	}
+	return value, e.ModRevision, resp.Header.Revision, nil
+}
+
+// scan calls fn for each etcd key-value in the volume's range [start, end)
+// at revision rev (0: the latest; the first page's revision is then used
+// for the later ones), reading ScanPageSize keys at a time. It returns the
+// revision read (0 if the range is empty and nothing was read).
+func (kv *KV) scan(op string, start, end []byte, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return rev, nil
+	}
+	from, to := kv.key(start), kv.rangeEnd(end)
+	for {
+		ctx, cancel := kv.ctx()
+		opts := []clientv3.OpOption{clientv3.WithRange(to), clientv3.WithLimit(int64(kv.opts.ScanPageSize))}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := kv.client.Get(ctx, from, opts...)
+		cancel()
+		if err != nil {
+			return rev, readError(op, kv.strip([]byte(from)), rev, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, e := range resp.Kvs {
+			if err := fn(e); err != nil {
+				return rev, err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// Get returns the value at key, or meta.ErrNotFound. It is a linearizable
+// read.
+func (kv *KV) Get(key []byte) ([]byte, error) {
+	v, mod, _, err := kv.get("get", key, 0)
+	if err != nil {
+		return nil, err
+	}
+	if mod == 0 {
+		return nil, meta.ErrNotFound
+	}
+	return v, nil
+}
+
+// Scan calls fn for each key in [start, end) (nil end: to the end of the
+// volume's keys) in ascending order, all read at one revision.
+func (kv *KV) Scan(start, end []byte, fn func(key, value []byte) error) error {
+	_, err := kv.scan("scan", start, end, 0, func(e *mvccpb.KeyValue) error {
+		return fn(kv.strip(e.Key), e.Value)
+	})
+	return err
+}
+
+// NewTxn starts an optimistic, serializable transaction (see the package
+// doc).
+func (kv *KV) NewTxn() meta.Txn { return newTxn(kv) }
+
+// Snapshot returns a view of the committed state at the current revision.
+// If the revision cannot be read, every read of the snapshot returns the
+// error.
+func (kv *KV) Snapshot() meta.Snapshot {
+	ctx, cancel := kv.ctx()
+	defer cancel()
+	resp, err := kv.client.Get(ctx, kv.opts.Prefix, clientv3.WithCountOnly())
+	if err != nil {
+		return &snapshot{kv: kv, err: opError("snapshot", nil, err)}
+	}
+	return &snapshot{kv: kv, rev: resp.Header.Revision}
+}
+
+// Sync does nothing and returns nil: a commit returns only once a quorum of
+// etcd members has it in its fsynced write-ahead log, so every committed
+// transaction is already durable.
+func (kv *KV) Sync() error { return nil }
+
+// Close closes the client if Open dialled it. Every commit that returned
+// is already durable in the cluster.
+func (kv *KV) Close() error {
+	if !kv.ownClient {
+		return nil
+	}
+	if err := kv.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("etcdkv: closing the client: %w", err)
+	}
+	return nil
+}
+
+// snapshot reads at one revision. It is immutable.
+type snapshot struct {
+	kv  *KV
+	rev int64
+	err error // why the snapshot has no revision
+}
+
+func (s *snapshot) Get(key []byte) ([]byte, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
+	v, mod, _, err := s.kv.get("snapshot get", key, s.rev)
+	if err != nil {
+		return nil, err
+	}
+	if mod == 0 {
+		return nil, meta.ErrNotFound
+	}
+	return v, nil
+}
+
+func (s *snapshot) Scan(start, end []byte, fn func(key, value []byte) error) error {
+	if s.err != nil {
+		return s.err
+	}
+	_, err := s.kv.scan("snapshot scan", start, end, s.rev, func(e *mvccpb.KeyValue) error {
+		return fn(s.kv.strip(e.Key), e.Value)
+	})
+	return err
+}
+
+// Close does nothing: a snapshot holds nothing in etcd (which is why
+// compaction can overtake it).
+func (s *snapshot) Close() error { return nil }
