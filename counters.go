@@ -66,6 +66,7 @@ type Counters struct {
 	UnitNeighbourPages      atomic.Int64 // pages filled from an I/O unit read for another page
 	WritebackErrors         atomic.Int64
 	AsyncReadCallbacksArmed atomic.Int64 // async buffered reads parked on a page
+	RenameWhiteouts         atomic.Int64 // whiteouts left by RenameWhiteout
 }
 
 // CounterValues is a snapshot of Counters by name.
