@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"bytes"
 	"errors"
 	"syscall"
 	"testing"
@@ -8,8 +9,7 @@ import (
 )
 
 // Tests of issue 20's calls ("the rest of the Linux file API"): chown that
-// changes nothing, renameat2's RENAME_WHITEOUT, and RWF_DONTCACHE (in
-// buffered_test.go).
+// changes nothing, renameat2's RENAME_WHITEOUT, and RWF_DONTCACHE.
 
 // capV2 is a security.capability value (VFS_CAP_REVISION_2, no
 // capabilities): what setcap writes.
@@ -267,4 +267,125 @@ func TestRenameWhiteoutCrash(t *testing.T) {
 	if !seen[true] || !seen[false] {
 		t.Fatalf("outcomes seen (renamed: true): %v, want both", seen)
 	}
+}
+
+// TestDontCacheRead: an uncached read reads through the page cache and
+// leaves no page it brought in (so the same read again goes to the
+// device), reads nothing ahead, and leaves pages that were cached before.
+func TestDontCacheRead(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	f := e.mustCreate("/f", 0)
+	data := pattern(256<<10, 3)
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	e = e.reopen() // a cold cache
+	f, err := e.fs.OpenFile("/f", O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	c := &e.fs.counters
+	buf := make([]byte, 16<<10)
+	for i := 0; i < 2; i++ {
+		reads := c.DeviceReads.Load()
+		if n, err := f.Pread(buf, 8<<10, RWFDontCache); err != nil || n != len(buf) || !bytes.Equal(buf, data[8<<10:24<<10]) {
+			t.Fatalf("uncached read %d: %d %v, or wrong bytes", i, n, err)
+		}
+		if got := f.in.pages.Len(); got != 0 {
+			t.Fatalf("uncached read %d left %d pages cached", i, got)
+		}
+		if c.DeviceReads.Load() == reads {
+			t.Fatalf("uncached read %d did not go to the device", i)
+		}
+	}
+	if got := c.DontCacheDropped.Load(); got != 8 || c.ReadaheadPages.Load() != 0 {
+		t.Fatalf("DontCacheDropped %d ReadaheadPages %d, want 8 and 0", got, c.ReadaheadPages.Load())
+	}
+	// Pages cached by a cached read stay through an uncached one, which
+	// is then served from the cache.
+	if _, err := f.Pread(buf, 64<<10, 0); err != nil {
+		t.Fatal(err)
+	}
+	cached := f.in.pages.Len()
+	reads := c.DeviceReads.Load()
+	if n, err := f.Pread(buf, 64<<10, RWFDontCache); err != nil || n != len(buf) || !bytes.Equal(buf, data[64<<10:80<<10]) {
+		t.Fatalf("uncached read of cached pages: %d %v", n, err)
+	}
+	if f.in.pages.Len() != cached || c.DeviceReads.Load() != reads {
+		t.Fatalf("uncached read of cached pages: %d pages (had %d), %d device reads", f.in.pages.Len(), cached, c.DeviceReads.Load()-reads)
+	}
+	// A page both reads touch: the uncached one takes only what it brought.
+	if n, err := f.Pread(buf, 56<<10, RWFDontCache); err != nil || n != len(buf) || !bytes.Equal(buf, data[56<<10:72<<10]) {
+		t.Fatalf("uncached read across cached pages: %d %v", n, err)
+	}
+	if f.in.pages.Len() != cached {
+		t.Fatalf("uncached read across cached pages: %d pages cached, want %d", f.in.pages.Len(), cached)
+	}
+}
+
+// TestDontCacheWrite: an uncached write dirties pages like any buffered
+// write, starts their writeback at once, and its pages go when the
+// writeback ends; pages cached before stay, clean.
+func TestDontCacheWrite(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	f := e.mustCreate("/f", 0)
+	defer f.Close()
+	c := &e.fs.counters
+	data := pattern(64<<10, 5)
+	for _, flags := range []RWFlags{RWFDontCache, RWFDontCache | RWFNoWait, RWFDontCache | RWFDsync} {
+		if n, err := f.Pwrite(data[:32<<10], 0, flags); err != nil || n != 32<<10 {
+			t.Fatalf("flags %#x: uncached write: %d %v", flags, n, err)
+		}
+		if flags&RWFDsync == 0 {
+			e.fs.writebacks.wait() // the writeback it started
+		}
+		if got := f.in.pages.Len(); got != 0 || f.in.pages.DirtyCount() != 0 {
+			t.Fatalf("flags %#x: %d pages (%d dirty) after the uncached write's writeback", flags, got, f.in.pages.DirtyCount())
+		}
+		reads := c.DeviceReads.Load()
+		got := make([]byte, 32<<10)
+		if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, data[:32<<10]) {
+			t.Fatalf("flags %#x: read back: %v", flags, err)
+		}
+		if c.DeviceReads.Load() == reads {
+			t.Fatalf("flags %#x: read back after an uncached write did not go to the device", flags)
+		}
+		// Drop what the cached read brought in, for the next round.
+		if err := f.Fsync(); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range f.in.pages.Range(0, ^uint64(0)) {
+			p.Lock()
+			f.in.pages.Remove(p)
+			p.Unlock()
+			f.in.pages.Release(p)
+		}
+	}
+	if got := c.DontCacheDropped.Load(); got != 24 {
+		t.Fatalf("DontCacheDropped %d, want 24", got)
+	}
+	// A page cached (and dirty) before: the uncached write writes it back
+	// and leaves it cached, clean.
+	if _, err := f.Pwrite(data[:4096], 40<<10, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Pwrite(data[4096:8192], 40<<10, RWFDontCache); err != nil {
+		t.Fatal(err)
+	}
+	e.fs.writebacks.wait()
+	if f.in.pages.Len() != 1 || f.in.pages.DirtyCount() != 0 {
+		t.Fatalf("page cached before: %d pages, %d dirty; want 1 clean", f.in.pages.Len(), f.in.pages.DirtyCount())
+	}
+	// Direct I/O ignores the flag.
+	d, err := e.fs.OpenFile("/f", O_RDWR|O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if n, err := d.Pwrite(data[:4096], 0, RWFDontCache); err != nil || n != 4096 {
+		t.Fatalf("direct write with RWFDontCache: %d %v", n, err)
+	}
+	checkClean(t, e.fs)
 }

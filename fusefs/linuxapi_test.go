@@ -234,3 +234,45 @@ func TestOverlayUpper(t *testing.T) {
 		t.Fatalf("new file in the upper layer: %q %v", b, err)
 	}
 }
+
+// TestDontCacheKernel records what the kernel does with RWF_DONTCACHE on a
+// FUSE file: on 6.18 its VFS refuses the flag with EOPNOTSUPP before any
+// request is sent (FUSE's file operations do not declare FOP_DONTCACHE,
+// and FUSE_READ and FUSE_WRITE have no field for it), while the host's
+// ext4 takes it. The engine's RWFDontCache is for library and ring users.
+func TestDontCacheKernel(t *testing.T) {
+	e := newMountEnv(t, envOpts{})
+	try := func(dir string) (data []byte, werr, rerr error) {
+		p := filepath.Join(dir, "dc")
+		if err := os.WriteFile(p, make([]byte, 8192), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		want := pattern(4096, 7)
+		_, werr = unix.Pwritev2(int(f.Fd()), [][]byte{want}, 4096, unix.RWF_DONTCACHE)
+		got := make([]byte, 4096)
+		_, rerr = unix.Preadv2(int(f.Fd()), [][]byte{got}, 4096, unix.RWF_DONTCACHE)
+		return got, werr, rerr
+	}
+	_, hw, hr := try(t.TempDir())
+	if hw != nil || hr != nil {
+		t.Logf("the host file system refuses RWF_DONTCACHE too (write %v, read %v): kernel before 6.14, or no FOP_DONTCACHE there", hw, hr)
+	}
+	got, mw, mr := try(e.dir)
+	switch {
+	case errors.Is(mw, unix.EOPNOTSUPP) && errors.Is(mr, unix.EOPNOTSUPP):
+		t.Logf("RWF_DONTCACHE on the mount: EOPNOTSUPP from the kernel, as on 6.18")
+	case mw == nil && mr == nil:
+		t.Logf("this kernel takes RWF_DONTCACHE on FUSE files (it decides; sluice is not told)")
+		if want := pattern(4096, 7); string(got) != string(want) {
+			t.Fatal("RWF_DONTCACHE read on the mount returned other bytes than the RWF_DONTCACHE write wrote")
+		}
+	default:
+		t.Fatalf("RWF_DONTCACHE on the mount: write %v, read %v", mw, mr)
+	}
+	e.checkClean()
+}
