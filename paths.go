@@ -288,8 +288,9 @@ func (fs *FS) Rmdir(path string) error {
 	return pathErr("rmdir", path, err)
 }
 
-// Rename renames oldpath to newpath; flags is 0, RenameNoReplace or
-// RenameExchange (renameat2(2)).
+// Rename renames oldpath to newpath; flags is 0 or RenameNoReplace,
+// RenameExchange, RenameWhiteout as renameat2(2) takes them (a whiteout is
+// owned by the process).
 func (fs *FS) Rename(oldpath, newpath string, flags uint32) error {
 	ow, err := fs.walk(oldpath)
 	if err != nil {

@@ -105,6 +105,28 @@ func TestChownUnchanged(t *testing.T) {
 			t.Errorf("%s: chown(-1, -1) on the mount %v, want ctime moved, mode %o", c.name, got, c.wantM)
 		}
 	}
+	// The adapter reads a SETATTR without attribute bits as that chown;
+	// utimensat with both times UTIME_OMIT must not become one (the
+	// kernel sends nothing for it).
+	p := e.path("omit")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(p, 0o6755); err != nil {
+		t.Fatal(err)
+	}
+	var before, after unix.Stat_t
+	if err := unix.Stat(p, &before); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	omit := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, omit, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(p, &after); err != nil || after.Mode&0o7777 != 0o6755 || after.Ctim != before.Ctim {
+		t.Fatalf("utimensat(UTIME_OMIT, UTIME_OMIT): mode %o ctime moved %v, %v; want nothing changed", after.Mode&0o7777, after.Ctim != before.Ctim, err)
+	}
 	e.checkClean()
 }
 
