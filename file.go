@@ -290,6 +290,7 @@ func verifyArea(off int64, n int) error {
 }
 
 // RWFlags modify one read or write, as preadv2(2) and pwritev2(2) flags do.
+// The values are sluice's own bits, not the kernel's RWF_* numbers.
 type RWFlags uint32
 
 const (
