@@ -89,6 +89,13 @@ type SetAttr struct {
 	// AtimeNow and MtimeNow set the time to now (UTIME_NOW).
 	AtimeNow bool
 	MtimeNow bool
+	// Chown marks a chown(2), even one that changes neither owner nor
+	// group (chown(f, -1, -1), which Uid and Gid nil cannot say): as
+	// every chown on Linux (chown_common, notify_change), it updates
+	// ctime and, on a non-directory, clears set-user-ID, set-group-ID
+	// with group execute, and security.capability. Uid or Gid set imply
+	// it.
+	Chown bool
 }
 
 // Statfs describes the file system, as statfs(2) reports it.

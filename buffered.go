@@ -47,7 +47,7 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 		if p == nil {
 			lastIdx := uint64((end - 1) / ps)
 			var err error
-			p, err = in.readahead(idx, lastIdx, size, k.nowait)
+			p, err = in.readahead(idx, lastIdx, size, k.nowait, k.dontcache)
 			if err != nil {
 				if copied > 0 {
 					return int(copied), nil
@@ -68,6 +68,9 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 		}
 		from := pos - int64(idx)*ps
 		n := copy(k.buf[copied:end-k.off], p.Data[from:])
+		if p.DropBehind() {
+			in.usedDropBehind(p, k.dontcache, !k.nowait)
+		}
 		in.pages.Release(p)
 		copied += int64(n)
 	}
@@ -147,28 +150,33 @@ const (
 
 // readahead creates and starts reading the pages [idx, last] that are not
 // cached, plus, for a sequential reader, a window after them (adaptive,
-// doubling up to raMaxPages). Reads are asynchronous: the pages stay
-// locked until their data arrives. It returns page idx, referenced, if it
+// doubling up to raMaxPages). An uncached read (dontcache) reads no window
+// and leaves the readahead state alone, and its pages are marked to be
+// dropped once the read copied from them. Reads are asynchronous: the
+// pages stay locked until their data arrives. It returns page idx, referenced, if it
 // created it, so that the caller waits on that page (and sees its read
 // error) rather than looking it up again. With nowait, a full cache gives
 // EAGAIN. A read error recorded for page idx by an earlier failed read is
 // returned (once) instead of reading again.
-func (in *inode) readahead(idx, last uint64, size int64, nowait bool) (*pagecache.Page, error) {
+func (in *inode) readahead(idx, last uint64, size int64, nowait, dontcache bool) (*pagecache.Page, error) {
 	fs := in.fs
 	if err := in.takeReadErr(idx); err != nil {
 		return nil, err
 	}
 	ps := int64(fs.cache.PageSize())
 	eofIdx := uint64((size - 1) / ps)
-	in.ra.mu.Lock()
-	if idx == in.ra.next && idx != 0 || idx == 0 && in.ra.window > 0 {
-		in.ra.window = min(max(in.ra.window*2, raInitPages), raMaxPages)
-	} else {
-		in.ra.window = 0
+	end := min(last, eofIdx)
+	if !dontcache {
+		in.ra.mu.Lock()
+		if idx == in.ra.next && idx != 0 || idx == 0 && in.ra.window > 0 {
+			in.ra.window = min(max(in.ra.window*2, raInitPages), raMaxPages)
+		} else {
+			in.ra.window = 0
+		}
+		end = min(max(last, idx+in.ra.window), eofIdx)
+		in.ra.next = end + 1
+		in.ra.mu.Unlock()
 	}
-	end := min(max(last, idx+in.ra.window), eofIdx)
-	in.ra.next = end + 1
-	in.ra.mu.Unlock()
 
 	var pages []*pagecache.Page
 	var first *pagecache.Page
@@ -195,6 +203,9 @@ func (in *inode) readahead(idx, last uint64, size int64, nowait bool) (*pagecach
 		}
 		if i > last {
 			fs.counters.ReadaheadPages.Add(1)
+		}
+		if dontcache {
+			p.SetDropBehind()
 		}
 		if i == idx {
 			first = p
@@ -368,7 +379,7 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 		if err = in.reserveDelalloc(uint64(int64(idx) * ps / fs.blockSize)); err != nil {
 			break
 		}
-		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait); err != nil {
+		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait, k.dontcache); err != nil {
 			break
 		}
 		done += int64(to - from)
@@ -400,14 +411,106 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 		if err := fs.group.sync(); err != nil {
 			return 0, err
 		}
+	} else if k.dontcache {
+		in.kickWriteback(k.off, k.off+done, k.nowait)
 	}
 	return int(done), nil
+}
+
+// kickWriteback starts the writeback of the bytes [off, end) an uncached
+// write dirtied, without waiting for it (filemap_fdatawrite_range_kick):
+// its pages are dropped when their writeback ends (writebackRun). A
+// writeback error stays in the mapping for the next fsync, as the
+// flusher's do. A NOWAIT write (the ring's inline attempt) must not block
+// on the allocation and page locks a writeback can take, so its writeback
+// runs on a goroutine that SyncAll and Close wait for (fs.writebacks).
+func (in *inode) kickWriteback(off, end int64, nowait bool) {
+	if !nowait {
+		_ = in.writeback(off, end, false)
+		return
+	}
+	in.fs.writebacks.begin()
+	go func() {
+		defer in.fs.writebacks.end()
+		_ = in.writeback(off, end, false)
+	}()
+}
+
+// usedDropBehind is called when a buffered read has copied from page p,
+// referenced, which uncached I/O marked to be dropped: an uncached read
+// drops it if it is clean (filemap_end_dropbehind_read), waiting for the
+// page lock if it may block (a page that just became uptodate is still
+// locked until its read completion returns); a cached read keeps it
+// cached, unmarked, as the kernel's lookups without FGP_DONTCACHE do.
+func (in *inode) usedDropBehind(p *pagecache.Page, dontcache, wait bool) {
+	if !dontcache {
+		p.ClearDropBehind()
+		return
+	}
+	in.dropIfClean(p, wait)
+}
+
+// dropIfClean drops page p, referenced and marked drop-behind, from the
+// cache if it is clean. With wait it waits for the page lock; without, it
+// never blocks (folio_end_dropbehind's trylock), so it runs in completions
+// and NOWAIT calls: a locked page (a read completion that has marked it
+// uptodate but not yet unlocked it, say) is dropped at its unlock, by a
+// callback on the unlocking goroutine. A page dirtied again, under
+// writeback or busy then stays, counted as DontCacheBusy; its next
+// writeback or uncached read drops it.
+func (in *inode) dropIfClean(p *pagecache.Page, wait bool) {
+	if wait {
+		p.Lock()
+	} else if !p.TryLock() {
+		in.dropAtUnlock(p)
+		return
+	}
+	in.dropCleanLocked(p)
+	p.Unlock()
+}
+
+// dropAtUnlock arms the drop of page p, referenced and locked by someone
+// else, at its unlock. The callback holds a reference of its own.
+func (in *inode) dropAtUnlock(p *pagecache.Page) {
+	q := in.pages.Get(p.Index)
+	if q != p { // removed meanwhile
+		if q != nil {
+			in.pages.Release(q)
+		}
+		return
+	}
+	drop := func() {
+		if q.TryLock() {
+			in.dropCleanLocked(q)
+			q.Unlock()
+		} else {
+			in.fs.counters.DontCacheBusy.Add(1)
+		}
+		in.pages.Release(q)
+	}
+	if q.WaitUnlockedAsync(drop) {
+		drop() // unlocked meanwhile
+	}
+}
+
+// dropCleanLocked is the decision of dropIfClean.
+//
+// Preconditions: p is locked and referenced.
+func (in *inode) dropCleanLocked(p *pagecache.Page) {
+	switch {
+	case p.Removed():
+	case p.Dirty() || p.Writeback() || !p.DropBehind():
+		in.fs.counters.DontCacheBusy.Add(1)
+	default:
+		in.pages.Remove(p)
+		in.fs.counters.DontCacheDropped.Add(1)
+	}
 }
 
 // writePage copies data into bytes [from, to) of page idx.
 //
 // Preconditions: in.io is held exclusive.
-func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait bool) error {
+func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait, dontcache bool) error {
 	for {
 		p, created, err := in.pages.GetOrCreate(idx, nowait)
 		if err != nil {
@@ -415,6 +518,12 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, no
 				return in.fs.nowaitEAGAIN(nwCacheFull)
 			}
 			return eio(err)
+		}
+		switch {
+		case created && dontcache:
+			p.SetDropBehind() // dropped when its writeback ends
+		case !created && !dontcache && p.DropBehind():
+			p.ClearDropBehind()
 		}
 		if !created {
 			if nowait {

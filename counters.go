@@ -66,6 +66,9 @@ type Counters struct {
 	UnitNeighbourPages      atomic.Int64 // pages filled from an I/O unit read for another page
 	WritebackErrors         atomic.Int64
 	AsyncReadCallbacksArmed atomic.Int64 // async buffered reads parked on a page
+	DontCacheDropped        atomic.Int64 // RWFDontCache: pages dropped once clean
+	DontCacheBusy           atomic.Int64 // RWFDontCache: pages kept, locked or dirtied again when they could have gone
+	RenameWhiteouts         atomic.Int64 // whiteouts left by RenameWhiteout
 }
 
 // CounterValues is a snapshot of Counters by name.

@@ -290,6 +290,7 @@ func verifyArea(off int64, n int) error {
 }
 
 // RWFlags modify one read or write, as preadv2(2) and pwritev2(2) flags do.
+// The values are sluice's own bits, not the kernel's RWF_* numbers.
 type RWFlags uint32
 
 const (
@@ -306,6 +307,15 @@ const (
 	// write would otherwise clear: for a caller with CAP_FSETID, or a FUSE
 	// write the kernel did not flag WRITE_KILL_SUIDGID.
 	RWFKeepPrivs
+	// RWFDontCache asks for uncached buffered I/O (RWF_DONTCACHE, 0x80 in
+	// linux/fs.h, Linux 6.14): the read or write goes through the page
+	// cache, coherent with every other access, but the pages it brings
+	// in or dirties are dropped once they are clean: a read's after it
+	// copied from them (it reads no further ahead than asked), a write's
+	// when their writeback ends, which the write starts at once (the
+	// kernel's folio_end_dropbehind). Pages that were cached before stay,
+	// and a cached access to a page keeps it. Direct I/O ignores it.
+	RWFDontCache
 )
 
 // ReadAt reads len(p) bytes at off, as os.File.ReadAt: fewer bytes only at

@@ -436,6 +436,13 @@ func (fs *FS) RmdirIno(parent Ino, name string) error { return fs.removeEntry(pa
 const (
 	RenameNoReplace = 1 << 0 // RENAME_NOREPLACE
 	RenameExchange  = 1 << 1 // RENAME_EXCHANGE
+	// RenameWhiteout leaves a whiteout (a character device 0:0 with mode
+	// 0, what overlayfs reads as "deleted in this layer") at the source
+	// name, in the same transaction as the rename (RENAME_WHITEOUT, as
+	// xfs_rename). Not with RenameExchange. The caller's CAP_MKNOD is the
+	// caller's business (the VFS checks it before a FUSE server sees the
+	// call).
+	RenameWhiteout = 1 << 2
 )
 
 // isAncestor reports whether directory a is d or an ancestor of d, by
@@ -457,10 +464,20 @@ func (fs *FS) isAncestor(a, d Ino) (bool, error) {
 }
 
 // RenameIno renames oldParent/oldName to newParent/newName with Linux's
-// rename(2) and renameat2(2) semantics.
+// rename(2) and renameat2(2) semantics. The whiteout RenameWhiteout
+// leaves is owned by the process; RenameInoAs says by whom.
 func (fs *FS) RenameIno(oldParent Ino, oldName string, newParent Ino, newName string, flags uint32) error {
-	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
-		return syscall.EINVAL
+	return fs.RenameInoAs(oldParent, oldName, newParent, newName, flags, fs.defaultOwner())
+}
+
+// RenameInoAs is RenameIno for a caller: with RenameWhiteout, the whiteout
+// is owned by owner (with the group of oldParent if that directory is
+// set-group-ID, inode_init_owner), as the kernel makes it for the caller
+// of renameat2.
+func (fs *FS) RenameInoAs(oldParent Ino, oldName string, newParent Ino, newName string, flags uint32, owner Owner) error {
+	if flags&^(RenameNoReplace|RenameExchange|RenameWhiteout) != 0 ||
+		flags&RenameExchange != 0 && flags&(RenameNoReplace|RenameWhiteout) != 0 {
+		return syscall.EINVAL // do_renameat2's checks
 	}
 	for _, n := range []string{oldName, newName} {
 		if n == "." || n == ".." {
@@ -561,6 +578,9 @@ func (fs *FS) RenameIno(oldParent Ino, oldName string, newParent Ino, newName st
 	}
 	unlock := lockInodes(odir, ndir, srcIn, dstIn)
 	defer unlock()
+	if flags&RenameWhiteout != 0 && odir.attr.Mode&syscall.S_ISGID != 0 {
+		owner.Gid = odir.attr.Gid
+	}
 	return fs.transact(func(t *txn) error {
 		t0 := now()
 		if flags&RenameExchange != 0 {
@@ -584,7 +604,19 @@ func (fs *FS) RenameIno(oldParent Ino, oldName string, newParent Ino, newName st
 			dstIn.attr.Ctime = t0
 			t.putInode(&dstIn.attr)
 		} else {
-			t.kv.Delete(meta.DirentKey(oldParent, oldName))
+			if flags&RenameWhiteout != 0 {
+				// The whiteout replaces the source entry in the same
+				// batch (xfs_rename allocates it in the rename's
+				// transaction): a crash shows the rename whole or not.
+				wo := newInodeRecord(syscall.S_IFCHR, owner.Uid, owner.Gid, 0)
+				wo.Atime, wo.Mtime, wo.Ctime = t0, t0, t0
+				wo.Ino = t.allocIno()
+				t.putInode(&wo)
+				t.kv.Set(meta.DirentKey(oldParent, oldName), meta.EncodeDirent(meta.Dirent{Ino: wo.Ino, Type: syscall.S_IFCHR}))
+				fs.counters.RenameWhiteouts.Add(1)
+			} else {
+				t.kv.Delete(meta.DirentKey(oldParent, oldName))
+			}
 			t.kv.Set(meta.DirentKey(newParent, newName), meta.EncodeDirent(src))
 			if srcIsDir {
 				odir.attr.Nlink--
@@ -701,7 +733,8 @@ func (fs *FS) Setattr(ino Ino, sa SetAttr) (Attr, error) {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if sa.Mode == nil && sa.Uid == nil && sa.Gid == nil && sa.Atime == nil && sa.Mtime == nil && !sa.AtimeNow && !sa.MtimeNow {
+	chown := sa.Chown || sa.Uid != nil || sa.Gid != nil
+	if sa.Mode == nil && !chown && sa.Atime == nil && sa.Mtime == nil && !sa.AtimeNow && !sa.MtimeNow {
 		return in.attrLocked()
 	}
 	err = fs.transact(func(t *txn) error {
@@ -711,20 +744,25 @@ func (fs *FS) Setattr(ino Ino, sa SetAttr) (Attr, error) {
 			a.Mode = a.Mode&syscall.S_IFMT | *sa.Mode&0o7777
 			in.privChecked = false
 		}
-		if sa.Uid != nil || sa.Gid != nil {
+		if chown {
 			if sa.Uid != nil {
 				a.Uid = *sa.Uid
 			}
 			if sa.Gid != nil {
 				a.Gid = *sa.Gid
 			}
-			// chown clears set-user-ID and set-group-ID on files
-			// (the group-exec-less sgid marks mandatory locking).
+			// Every chown, even to the same owner or chown(f, -1, -1),
+			// clears set-user-ID, set-group-ID (the group-exec-less
+			// sgid marks mandatory locking) and capabilities on
+			// non-directories (ATTR_KILL_SUID, ATTR_KILL_SGID,
+			// ATTR_KILL_PRIV in chown_common).
 			if !isDir(a.Mode) {
 				a.Mode &^= syscall.S_ISUID
 				if a.Mode&0o010 != 0 {
 					a.Mode &^= syscall.S_ISGID
 				}
+				t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
+				in.privChecked = false
 			}
 		}
 		switch {

@@ -288,8 +288,9 @@ func (fs *FS) Rmdir(path string) error {
 	return pathErr("rmdir", path, err)
 }
 
-// Rename renames oldpath to newpath; flags is 0, RenameNoReplace or
-// RenameExchange (renameat2(2)).
+// Rename renames oldpath to newpath; flags is 0 or RenameNoReplace,
+// RenameExchange, RenameWhiteout as renameat2(2) takes them (a whiteout is
+// owned by the process).
 func (fs *FS) Rename(oldpath, newpath string, flags uint32) error {
 	ow, err := fs.walk(oldpath)
 	if err != nil {
@@ -367,16 +368,10 @@ func (fs *FS) Chmod(path string, mode uint32) error {
 // Chown sets the owner and group of path; -1 leaves one unchanged.
 func (fs *FS) Chown(path string, uid, gid int) error {
 	ino, err := fs.resolve(path, true)
-	if err == nil && uid < 0 && gid < 0 {
-		// chown(f, -1, -1) still clears set-user-ID and set-group-ID, as
-		// Linux does: make it a chown to the current owner.
-		var a Attr
-		if a, err = fs.Getattr(ino); err == nil {
-			uid = int(a.Uid)
-		}
-	}
 	if err == nil {
-		var sa SetAttr
+		// chown(f, -1, -1) is still a chown: it updates ctime and clears
+		// set-user-ID and set-group-ID, as Linux does.
+		sa := SetAttr{Chown: true}
 		if uid >= 0 {
 			u := uint32(uid)
 			sa.Uid = &u

@@ -34,6 +34,9 @@ type kiocb struct {
 	append bool // O_APPEND or RWF_APPEND
 	// keepPrivs skips the set-user-ID/capability stripping (RWFKeepPrivs).
 	keepPrivs bool
+	// dontcache asks for uncached buffered I/O (RWFDontCache): the pages
+	// the request brings in or dirties are dropped once clean.
+	dontcache bool
 	// done, when set, makes the request asynchronous: a path may return
 	// errQueued and call done exactly once later, from any goroutine.
 	done func(n int, err error)

@@ -40,6 +40,7 @@ func (f *File) newKiocb(p []byte, off int64, flags RWFlags) *kiocb {
 		dsync:     f.flags&(O_DSYNC|O_SYNC) != 0 || flags&(RWFDsync|RWFSync) != 0,
 		append:    f.flags&O_APPEND != 0 || flags&RWFAppend != 0,
 		keepPrivs: flags&RWFKeepPrivs != 0,
+		dontcache: flags&RWFDontCache != 0,
 	}
 }
 

@@ -197,6 +197,9 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 	release := func(err error) {
 		for _, p := range wb {
 			p.EndWriteback(err)
+			if err == nil && p.DropBehind() {
+				in.dropIfClean(p, false) // an uncached write's page, now clean
+			}
 		}
 		for b := blk; b < blk+n; b++ {
 			in.endBlockWriteback(b)

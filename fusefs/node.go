@@ -93,6 +93,14 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 			sa.Mtime = &mt
 		}
 	}
+	if v&(fuse.FATTR_MODE|fuse.FATTR_UID|fuse.FATTR_GID|fuse.FATTR_SIZE|fuse.FATTR_ATIME|fuse.FATTR_MTIME) == 0 {
+		// Nothing to change: chown(f, -1, -1), which reaches the
+		// kernel's setattr as ATTR_CTIME alone and arrives here with no
+		// attribute bit (FATTR_CTIME only with the writeback cache). It
+		// is still a chown: ctime, set-ID bits and capabilities, as on
+		// XFS and ext4.
+		sa.Chown = true
+	}
 	if v&fuse.FATTR_KILL_SUIDGID != 0 && sa.Mode == nil {
 		if m, ok, err := fs.killSuidgid(ino(in.NodeId)); err != nil {
 			return fs.toStatus("setattr", in.NodeId, err)
@@ -173,12 +181,15 @@ func (fs *FS) Rmdir(cancel <-chan struct{}, h *fuse.InHeader, name string) fuse.
 	return fs.toStatus("rmdir", h.NodeId, fs.eng.RmdirIno(ino(h.NodeId), name))
 }
 
-// Rename answers RENAME and RENAME2 (renameat2 with RENAME_NOREPLACE or
-// RENAME_EXCHANGE; RENAME_WHITEOUT is refused with EINVAL by the engine).
+// Rename answers RENAME and RENAME2 (renameat2 with RENAME_NOREPLACE,
+// RENAME_EXCHANGE or RENAME_WHITEOUT: the kernel passes the flags through,
+// having checked CAP_MKNOD for a whiteout). The whiteout is the caller's,
+// as the kernel makes it on XFS.
 func (fs *FS) Rename(cancel <-chan struct{}, in *fuse.RenameIn, oldName, newName string) fuse.Status {
 	t := fs.start()
 	defer fs.done(opRename, t)
-	err := fs.eng.RenameIno(ino(in.NodeId), oldName, ino(in.Newdir), newName, in.Flags)
+	own := sluice.Owner{Uid: in.Caller.Uid, Gid: in.Caller.Gid}
+	err := fs.eng.RenameInoAs(ino(in.NodeId), oldName, ino(in.Newdir), newName, in.Flags, own)
 	return fs.toStatus("rename", in.NodeId, err)
 }
 

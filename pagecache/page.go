@@ -2,6 +2,7 @@ package pagecache
 
 import (
 	"container/list"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -40,6 +41,9 @@ type Page struct {
 
 	// lruElem is the page's place in the LRU. Protected by Cache.mu.
 	lruElem *list.Element
+
+	// dropBehind marks a page of uncached I/O (SetDropBehind).
+	dropBehind atomic.Bool
 }
 
 // waiter is a goroutine blocked on a page's unlock, or a callback to run at
@@ -379,3 +383,15 @@ func (p *Page) WaitWriteback() {
 		<-ch
 	}
 }
+
+// SetDropBehind marks the page as brought in or dirtied by uncached I/O
+// (RWF_DONTCACHE): whoever sees it clean drops it (the kernel's
+// PG_dropbehind). Set by the page's creator.
+func (p *Page) SetDropBehind() { p.dropBehind.Store(true) }
+
+// ClearDropBehind keeps the page cached: a cached access found it.
+func (p *Page) ClearDropBehind() { p.dropBehind.Store(false) }
+
+// DropBehind reports whether the page is to be dropped once clean. One
+// atomic load, so cached accesses can check it on every page.
+func (p *Page) DropBehind() bool { return p.dropBehind.Load() }

@@ -60,7 +60,9 @@ type SQE struct {
 	// Mode is the mode of a fallocate (sluice.FallocKeepSize, ...).
 	Mode uint32
 	// Flags modify a read or write: sluice.RWFNoWait (complete with EAGAIN
-	// rather than punt to a worker), RWFAppend, RWFDsync, RWFSync.
+	// rather than punt to a worker), RWFAppend, RWFDsync, RWFSync,
+	// RWFDontCache (uncached buffered I/O, passed through inline and
+	// punted alike).
 	Flags sluice.RWFlags
 	// Async sends this operation to the worker pool without the inline
 	// attempt (IOSQE_ASYNC); see Options.ForceAsync.
