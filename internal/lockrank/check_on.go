@@ -73,6 +73,7 @@ func state(create bool) *gstate {
 
 // Acquire checks that the calling goroutine may wait for lock l of rank r,
 // then records it as held.
+//
 //go:norace
 func Acquire(r Rank, key uint64, l unsafe.Pointer) {
 	if disabled.Load() {
@@ -95,6 +96,7 @@ func Acquire(r Rank, key uint64, l unsafe.Pointer) {
 }
 
 // conflict says why taking (r, key, l) while holding h breaks the order.
+//
 //go:norace
 func conflict(h *held, r Rank, key uint64, l unsafe.Pointer) string {
 	switch {
@@ -113,6 +115,7 @@ func conflict(h *held, r Rank, key uint64, l unsafe.Pointer) string {
 }
 
 // TryAcquired records lock l as held without checking the order.
+//
 //go:norace
 func TryAcquired(r Rank, key uint64, l unsafe.Pointer) {
 	if disabled.Load() {
@@ -132,6 +135,7 @@ func (g *gstate) push(r Rank, key uint64, l unsafe.Pointer) {
 
 // remove drops lock l from g and reports whether it was there and whether
 // g holds nothing now.
+//
 //go:norace
 func (g *gstate) remove(l unsafe.Pointer) (found, empty bool) {
 	g.mu.Lock()
@@ -147,6 +151,7 @@ func (g *gstate) remove(l unsafe.Pointer) (found, empty bool) {
 
 // removeOwn drops lock l from the calling goroutine's held locks and
 // reports whether it was there.
+//
 //go:norace
 func removeOwn(l unsafe.Pointer) bool {
 	g := state(false)
@@ -167,6 +172,7 @@ var handedOff struct {
 // Release records that lock l is released: by its holder, by a request it
 // was handed off to, or by another goroutine (then it is removed from
 // whichever goroutine holds it).
+//
 //go:norace
 func Release(l unsafe.Pointer) {
 	if disabled.Load() {
@@ -194,6 +200,7 @@ func Release(l unsafe.Pointer) {
 
 // Handoff hands lock l from the calling goroutine to an asynchronous
 // request: the goroutine no longer holds it.
+//
 //go:norace
 func Handoff(l unsafe.Pointer) {
 	if disabled.Load() {
