@@ -422,18 +422,14 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 // its pages are dropped when their writeback ends (writebackRun). A
 // writeback error stays in the mapping for the next fsync, as the
 // flusher's do. A NOWAIT write (the ring's inline attempt) must not block
-// on the allocation and page locks a writeback can take, so its writeback
-// runs on a goroutine that SyncAll and Close wait for (fs.writebacks).
+// on the allocation and page locks a writeback can take, so it leaves its
+// pages to the flusher, which drops them the same way when it writes them
+// back. (A goroutine per NOWAIT write, counted for SyncAll, let a steady
+// stream of them keep SyncAll waiting forever: TestDontCacheNoWaitSyncAll.)
 func (in *inode) kickWriteback(off, end int64, nowait bool) {
 	if !nowait {
 		_ = in.writeback(off, end, false)
-		return
 	}
-	in.fs.writebacks.begin()
-	go func() {
-		defer in.fs.writebacks.end()
-		_ = in.writeback(off, end, false)
-	}()
 }
 
 // usedDropBehind is called when a buffered read has copied from page p,
