@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -105,7 +106,9 @@ func resolveMount(o *Options, euid int) (kernelMount, error) {
 	access := o.Access
 	names := o.MountOptions
 	if o.ReadOnly {
-		names = append([]string{"ro"}, names...)
+		// Last, so that an "rw" among the options cannot undo it: the
+		// engine is open read-only.
+		names = append(slices.Clone(names), "ro")
 	}
 	var errs []error
 	for _, name := range names {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,7 +93,7 @@ func TestResolveMountUser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := []string{"default_permissions", "ro", "noexec", "noatime", "nosuid"}; !reflect.DeepEqual(km.options, want) {
+		if want := []string{"default_permissions", "noexec", "noatime", "nosuid", "ro"}; !reflect.DeepEqual(km.options, want) {
 			t.Errorf("options %q, want %q", km.options, want)
 		}
 	})
@@ -186,5 +187,30 @@ func TestMountOptionsTakeEffect(t *testing.T) {
 				t.Errorf("type %q", m.FSType)
 			}
 		})
+	}
+}
+
+// TestReadOnlyWinsOverRW: an engine opened read-only is mounted read-only,
+// whatever "rw" the options carry, by root and through fusermount3.
+func TestReadOnlyWinsOverRW(t *testing.T) {
+	o := Options{ReadOnly: true, MountOptions: []string{"rw"}}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, euid := range []int{0, 1000} {
+		km, err := resolveMount(&o, euid)
+		if err != nil {
+			t.Fatalf("euid %d: %v", euid, err)
+		}
+		if euid == 0 && km.flags&unix.MS_RDONLY == 0 {
+			t.Errorf("euid 0: mount flags %#x lack MS_RDONLY", km.flags)
+		}
+		if euid != 0 && slices.Index(km.options, "ro") < slices.Index(km.options, "rw") {
+			t.Errorf("euid %d: fusermount3 options %v: rw comes after ro", euid, km.options)
+		}
+		if euid != 0 && !slices.Contains(km.options, "ro") {
+			t.Errorf("euid %d: fusermount3 options %v lack ro", euid, km.options)
+		}
 	}
 }
