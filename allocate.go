@@ -143,29 +143,42 @@ func allocExtent(dev, n uint64) alloc.Extent {
 // reserveDelalloc reserves space for file block blk, which a buffered
 // write is about to dirty, if it is a hole not reserved yet (delayed
 // allocation): a buffered write gets ENOSPC now rather than its writeback
-// later.
-func (in *inode) reserveDelalloc(blk uint64) error {
+// later. It reports whether it made a new reservation, which the writer
+// gives back (unreserveDelalloc) if it then dirties nothing.
+func (in *inode) reserveDelalloc(blk uint64) (bool, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if _, ok := in.delalloc[blk]; ok {
-		return nil
+		return false, nil
 	}
 	m, err := in.extentsLocked()
 	if err != nil {
-		return err
+		return false, err
 	}
 	var one [1]extmap.Segment
 	if s := m.Lookup(blk, 1, one[:0]); !s[0].Hole {
-		return nil
+		return false, nil
 	}
 	if err := in.fs.alloc.Reserve(1); err != nil {
-		return syscall.ENOSPC
+		return false, syscall.ENOSPC
 	}
 	if in.delalloc == nil {
 		in.delalloc = map[uint64]struct{}{}
 	}
 	in.delalloc[blk] = struct{}{}
-	return nil
+	return true, nil
+}
+
+// unreserveDelalloc gives back the reservation reserveDelalloc just made
+// for blk, when the write that asked for it dirtied nothing (it failed,
+// or a NOWAIT write gave up): no dirty page of blk needs it, since the
+// reservation was new and buffered writes hold the I/O lock exclusive.
+func (in *inode) unreserveDelalloc(blk uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.takeDelallocLocked(blk) {
+		_ = in.fs.alloc.Unreserve(1)
+	}
 }
 
 // takeDelallocLocked reports whether blk held a reservation, and forgets

@@ -376,10 +376,15 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 		idx := uint64(pos / ps)
 		from := int(pos % ps)
 		to := int(min(ps, end-int64(idx)*ps))
-		if err = in.reserveDelalloc(uint64(int64(idx) * ps / fs.blockSize)); err != nil {
+		blk := uint64(int64(idx) * ps / fs.blockSize)
+		var reserved bool
+		if reserved, err = in.reserveDelalloc(blk); err != nil {
 			break
 		}
 		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait, k.dontcache); err != nil {
+			if reserved { // writePage fails before it dirties anything
+				in.unreserveDelalloc(blk)
+			}
 			break
 		}
 		done += int64(to - from)

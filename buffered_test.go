@@ -3,12 +3,14 @@ package sluice
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/sluicefs/sluice/device"
@@ -457,4 +459,59 @@ func peakRSS(t *testing.T) int64 {
 	}
 	t.Skip("no VmHWM")
 	return 0
+}
+
+// TestNoWaitWriteGivesBackReservation: a NOWAIT partial write into a hole
+// that gives up (the page would have to be read first) reserved a block
+// for delayed allocation; the reservation goes back with the EAGAIN, and
+// an inode still holding reservations is not evicted (they live only in
+// core). Before, the last close evicted the inode with the reservation, and
+// the block was lost to free space for the rest of the mount.
+func TestNoWaitWriteGivesBackReservation(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	fs := e.fs
+	f := e.mustCreate("/f", 0)
+	if err := f.Truncate(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SyncAll(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := fs.Statfs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Pwrite(make([]byte, 100), 100, RWFNoWait); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("NOWAIT partial write into a hole: %v, want EAGAIN", err)
+	}
+	f.in.mu.Lock()
+	held := len(f.in.delalloc)
+	f.in.mu.Unlock()
+	if held != 0 {
+		t.Errorf("%d reservations held after the write gave up", held)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SyncAll(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := fs.OpenFile("/f", O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if err := fs.Truncate("/f", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SyncAll(); err != nil {
+		t.Fatal(err)
+	}
+	after, err := fs.Statfs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.BlocksAvail != before.BlocksAvail {
+		t.Fatalf("free blocks %d, were %d: a reservation leaked", after.BlocksAvail, before.BlocksAvail)
+	}
 }

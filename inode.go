@@ -151,7 +151,9 @@ func (fs *FS) maybeEvict(in *inode) {
 	if in.refs > 0 || in.gone || fs.icache.m[in.ino] != in {
 		return
 	}
-	if in.attrDirty || in.ext != nil && in.ext.Pending() || !in.pages.Evictable() {
+	// Delayed-allocation reservations live only in the in-core inode:
+	// evicting one that holds any would lose them for the mount's life.
+	if in.attrDirty || in.ext != nil && in.ext.Pending() || len(in.delalloc) > 0 || !in.pages.Evictable() {
 		return
 	}
 	in.pages.Drop()
