@@ -190,6 +190,9 @@ func (g *groupSync) init(do func() error, serial bool) {
 }
 
 func (g *groupSync) sync() error {
+	// A sync point takes inode mutexes and the commit lock (and this
+	// goroutine may run it).
+	lockrank.Wait(lockrank.RankInodeMu, 0, nil)
 	if g.serial {
 		g.serialMu.Lock()
 		defer g.serialMu.Unlock()

@@ -83,8 +83,13 @@
 //	            in-flight counters, group-sync state, error slots, the I/O
 //	            lock's and DIO counter's internals
 //
-// The sync point takes each dirty inode's mu in inode-number order, one at
-// a time, after the device flush. A new lock gets a rank in lockrank and a
+// Waits are checked too (lockrank.Wait): waiting for a page to be unlocked
+// counts as taking that page's lock; waiting for direct I/O to drain, for
+// counted writebacks or for a direct write's completion counts as taking a
+// page lock (their completions lock pages); waiting for a page's writeback
+// or for a sync point counts as taking an inode mutex. The sync point takes
+// each dirty inode's mu in inode-number order, one at a time, after the
+// device flush. A new lock gets a rank in lockrank and a
 // line here in the same change.
 //
 // # Errors

@@ -31,6 +31,8 @@ func (c *inflight) end() {
 
 // wait returns once no operation is in progress.
 func (c *inflight) wait() {
+	// What is counted (writebacks) locks pages and the inode's mutex.
+	lockrank.Wait(lockrank.RankPage, 0, nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cond.L == nil {

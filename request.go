@@ -196,6 +196,9 @@ func (op *dioOp) complete(n int, err error) {
 // wait returns the result of a synchronous request (and frees the op), or
 // errQueued for an asynchronous one.
 func (op *dioOp) wait() (int, error) {
+	// The completion invalidates pages, converts extents under the
+	// inode's mutex and may run a sync point.
+	lockrank.Wait(lockrank.RankPage, 0, nil)
 	if op.k.done != nil {
 		return 0, errQueued
 	}

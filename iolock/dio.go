@@ -134,6 +134,8 @@ func (d *DIO) Underflows() uint64 {
 // Begin can start; otherwise the count may be non-zero again by the time Wait
 // returns.
 func (d *DIO) Wait() {
+	// Completions lock pages (invalidation) and the inode's mutex.
+	lockrank.Wait(lockrank.RankPage, 0, nil)
 	if done := d.waitChan(); done != nil {
 		<-done
 	}
@@ -142,6 +144,7 @@ func (d *DIO) Wait() {
 // WaitContext is Wait that gives up when ctx is done. It returns nil once the
 // count has been seen at zero, or ctx.Err().
 func (d *DIO) WaitContext(ctx context.Context) error {
+	lockrank.Wait(lockrank.RankPage, 0, nil)
 	done := d.waitChan()
 	if done == nil {
 		return nil

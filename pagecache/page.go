@@ -188,6 +188,7 @@ func (p *Page) WaitUnlockedAsync(cb func()) bool {
 
 // WaitUnlocked blocks until the page is unlocked (without locking it).
 func (p *Page) WaitUnlocked() {
+	lockrank.Wait(lockrank.RankPage, p.Index+1, unsafe.Pointer(p))
 	p.mu.Lock()
 	if p.flags&flagLocked == 0 {
 		p.mu.Unlock()
@@ -371,6 +372,9 @@ func (p *Page) removeLRULocked() {
 
 // WaitWriteback blocks until no writeback of the page is in flight.
 func (p *Page) WaitWriteback() {
+	// The writeback's completion takes the inode's mutex, never the page
+	// lock: a page lock may be held across this wait.
+	lockrank.Wait(lockrank.RankInodeMu, 0, nil)
 	for {
 		p.mu.Lock()
 		if p.flags&flagWriteback == 0 {

@@ -13,6 +13,10 @@ const enabled = false
 // order against the locks it holds.
 func Acquire(r Rank, key uint64, l unsafe.Pointer) {}
 
+// Wait checks that the calling goroutine may wait for an event whose
+// producer takes a lock of rank r, as Acquire would, recording nothing.
+func Wait(r Rank, key uint64, l unsafe.Pointer) {}
+
 // TryAcquired records that the calling goroutine took lock l without
 // waiting; the order is not checked (a try cannot deadlock).
 func TryAcquired(r Rank, key uint64, l unsafe.Pointer) {}

@@ -114,6 +114,32 @@ func conflict(h *held, r Rank, key uint64, l unsafe.Pointer) string {
 	return ""
 }
 
+// Wait checks that the calling goroutine may wait for an event whose
+// producer takes a lock of rank r (with key, for a multi rank; l is the
+// lock waited on, or nil), as Acquire would, and records nothing: waiting
+// for a page to be unlocked, for in-flight I/O to drain, for a sync point.
+//
+//go:norace
+func Wait(r Rank, key uint64, l unsafe.Pointer) {
+	if disabled.Load() {
+		return
+	}
+	g := state(false)
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	for i := range g.held {
+		if msg := conflict(&g.held[i], r, key, l); msg != "" {
+			report := violation("waiting: "+msg, r, key, g.held)
+			g.mu.Unlock()
+			onViolation(report)
+			return
+		}
+	}
+	g.mu.Unlock()
+}
+
 // TryAcquired records lock l as held without checking the order.
 //
 //go:norace

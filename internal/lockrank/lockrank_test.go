@@ -163,3 +163,24 @@ func TestPerGoroutine(t *testing.T) {
 		t.Fatalf("a lock held by one goroutine constrained another:\n%s", got[0])
 	}
 }
+
+// TestWait: waiting for an event whose producer takes a rank is checked as
+// taking it, and records nothing.
+func TestWait(t *testing.T) {
+	var commit Mutex[Commit]
+	var ns Mutex[Namespace]
+	got := catch(t, func() {
+		ns.Lock()
+		Wait(RankInodeMu, 0, nil) // fine: Namespace is below InodeMu
+		ns.Unlock()
+		commit.Lock()
+		Wait(RankInodeMu, 0, nil) // the producer needs InodeMu, held above
+		commit.Unlock()
+	})
+	if len(got) != 1 || !strings.Contains(got[0], "waiting: rank InodeMu taken while holding higher rank Commit") {
+		t.Fatalf("reports %q", got)
+	}
+	if h := Held(); len(h) != 0 {
+		t.Fatalf("Wait recorded %v", h)
+	}
+}
