@@ -81,18 +81,27 @@ func Acquire(r Rank, key uint64, l unsafe.Pointer) {
 	}
 	g := state(true)
 	g.mu.Lock()
-	for i := range g.held {
-		h := &g.held[i]
-		if msg := conflict(h, r, key, l); msg != "" {
-			report := violation(msg, r, key, g.held)
-			g.mu.Unlock()
-			onViolation(report)
-			g.mu.Lock()
-			break
-		}
-	}
+	report := g.conflictReport("", r, key, l)
 	g.push(r, key, l)
 	g.mu.Unlock()
+	if report != "" {
+		onViolation(report)
+	}
+}
+
+// conflictReport returns the violation report if taking (r, key, l) breaks
+// the order against a lock g holds, or "". what prefixes the reason.
+//
+// Preconditions: g.mu is held.
+//
+//go:norace
+func (g *gstate) conflictReport(what string, r Rank, key uint64, l unsafe.Pointer) string {
+	for i := range g.held {
+		if msg := conflict(&g.held[i], r, key, l); msg != "" {
+			return violation(what+msg, r, key, g.held)
+		}
+	}
+	return ""
 }
 
 // conflict says why taking (r, key, l) while holding h breaks the order.
@@ -129,15 +138,11 @@ func Wait(r Rank, key uint64, l unsafe.Pointer) {
 		return
 	}
 	g.mu.Lock()
-	for i := range g.held {
-		if msg := conflict(&g.held[i], r, key, l); msg != "" {
-			report := violation("waiting: "+msg, r, key, g.held)
-			g.mu.Unlock()
-			onViolation(report)
-			return
-		}
-	}
+	report := g.conflictReport("waiting: ", r, key, l)
 	g.mu.Unlock()
+	if report != "" {
+		onViolation(report)
+	}
 }
 
 // TryAcquired records lock l as held without checking the order.
@@ -159,20 +164,19 @@ func (g *gstate) push(r Rank, key uint64, l unsafe.Pointer) {
 	runtime.Callers(4, g.held[len(g.held)-1].pcs[:])
 }
 
-// remove drops lock l from g and reports whether it was there and whether
-// g holds nothing now.
+// remove drops lock l from g and reports whether it was there.
 //
 //go:norace
-func (g *gstate) remove(l unsafe.Pointer) (found, empty bool) {
+func (g *gstate) remove(l unsafe.Pointer) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i := len(g.held) - 1; i >= 0; i-- {
 		if g.held[i].lock == l {
 			g.held = append(g.held[:i], g.held[i+1:]...)
-			return true, len(g.held) == 0
+			return true
 		}
 	}
-	return false, len(g.held) == 0
+	return false
 }
 
 // removeOwn drops lock l from the calling goroutine's held locks and
@@ -184,8 +188,7 @@ func removeOwn(l unsafe.Pointer) bool {
 	if g == nil {
 		return false
 	}
-	found, _ := g.remove(l)
-	return found
+	return g.remove(l)
 }
 
 // handedOff counts the holds of each lock handed to asynchronous requests
@@ -219,8 +222,7 @@ func Release(l unsafe.Pointer) {
 	}
 	handedOff.Unlock()
 	goroutines.Range(func(_, v any) bool {
-		found, _ := v.(*gstate).remove(l)
-		return !found
+		return !v.(*gstate).remove(l)
 	})
 }
 
@@ -263,7 +265,7 @@ func violation(msg string, r Rank, key uint64, hs []held) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lockrank: lock order violation: %s\n\ntaking %s (key %d) at:\n", msg, r, key)
 	var pcs [16]uintptr
-	n := runtime.Callers(4, pcs[:])
+	n := runtime.Callers(5, pcs[:])
 	writeStack(&b, pcs[:n])
 	fmt.Fprintf(&b, "\nwhile holding (oldest first):\n")
 	for _, h := range hs {
