@@ -416,25 +416,20 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 		if err := fs.group.sync(); err != nil {
 			return 0, err
 		}
-	} else if k.dontcache {
-		in.kickWriteback(k.off, k.off+done, k.nowait)
+	} else if k.dontcache && !k.nowait {
+		// Start the writeback of what the uncached write dirtied,
+		// without waiting for it (filemap_fdatawrite_range_kick): its
+		// pages are dropped when their writeback ends (writebackRun),
+		// and an error stays in the mapping for the next fsync. A
+		// NOWAIT write (the ring's inline attempt) must not block on
+		// the allocation and page locks a writeback takes, so it
+		// leaves its pages to the flusher, which drops them the same
+		// way. (A goroutine per NOWAIT write, counted for SyncAll, let
+		// a stream of them keep SyncAll waiting forever:
+		// TestDontCacheNoWaitSyncAll.)
+		_ = in.writeback(k.off, k.off+done, false)
 	}
 	return int(done), nil
-}
-
-// kickWriteback starts the writeback of the bytes [off, end) an uncached
-// write dirtied, without waiting for it (filemap_fdatawrite_range_kick):
-// its pages are dropped when their writeback ends (writebackRun). A
-// writeback error stays in the mapping for the next fsync, as the
-// flusher's do. A NOWAIT write (the ring's inline attempt) must not block
-// on the allocation and page locks a writeback can take, so it leaves its
-// pages to the flusher, which drops them the same way when it writes them
-// back. (A goroutine per NOWAIT write, counted for SyncAll, let a steady
-// stream of them keep SyncAll waiting forever: TestDontCacheNoWaitSyncAll.)
-func (in *inode) kickWriteback(off, end int64, nowait bool) {
-	if !nowait {
-		_ = in.writeback(off, end, false)
-	}
 }
 
 // usedDropBehind is called when a buffered read has copied from page p,
