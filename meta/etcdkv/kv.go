@@ -146,10 +146,16 @@ func (kv *KV) scan(op string, start, end []byte, rev int64, fn func(*mvccpb.KeyV
 // read.
 func (kv *KV) Get(key []byte) ([]byte, error) {
 	v, mod, _, err := kv.get("get", key, 0)
+	return found(v, mod, err)
+}
+
+// found turns what get returned into Get's result: meta.ErrNotFound for a
+// key that is absent (modified at revision 0).
+func found(v []byte, modRev int64, err error) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mod == 0 {
+	if modRev == 0 {
 		return nil, meta.ErrNotFound
 	}
 	return v, nil
@@ -210,13 +216,7 @@ func (s *snapshot) Get(key []byte) ([]byte, error) {
 		return nil, s.err
 	}
 	v, mod, _, err := s.kv.get("snapshot get", key, s.rev)
-	if err != nil {
-		return nil, err
-	}
-	if mod == 0 {
-		return nil, meta.ErrNotFound
-	}
-	return v, nil
+	return found(v, mod, err)
 }
 
 func (s *snapshot) Scan(start, end []byte, fn func(key, value []byte) error) error {

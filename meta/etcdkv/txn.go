@@ -90,10 +90,7 @@ func (t *txn) Get(key []byte) ([]byte, error) {
 		t.rev = rev
 	}
 	t.readKeys[t.kv.key(key)] = mod
-	if mod == 0 {
-		return nil, meta.ErrNotFound
-	}
-	return v, nil
+	return found(v, mod, nil)
 }
 
 // errStopScan ends the etcd scan when fn stopped the Txn's scan.
