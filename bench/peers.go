@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/internal/harness/cmdout"
 )
 
 // Peer target labels other than a --target directory.
@@ -120,7 +121,7 @@ func makeKernelPeer(ctx context.Context, fstype, img, mnt string, size int64) (*
 		k.setup = append(k.setup, name+" "+strings.Join(args, " "))
 		out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 		if err != nil {
-			return "", fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, firstLines(string(out), 3))
+			return "", fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, cmdout.FirstLines(string(out), 3))
 		}
 		return strings.TrimSpace(string(out)), nil
 	}
@@ -161,14 +162,14 @@ func (k *kernelPeer) remove() error {
 	if k.mnt != "" {
 		if isMountPoint(k.mnt) {
 			if out, err := exec.Command("umount", k.mnt).CombinedOutput(); err != nil {
-				errs = append(errs, fmt.Errorf("umount %s: %v: %s", k.mnt, err, firstLines(string(out), 2)))
+				errs = append(errs, fmt.Errorf("umount %s: %v: %s", k.mnt, err, cmdout.FirstLines(string(out), 2)))
 			}
 		}
 		os.Remove(k.mnt)
 	}
 	if k.loop != "" {
 		if out, err := exec.Command("losetup", "-d", k.loop).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("losetup -d %s: %v: %s", k.loop, err, firstLines(string(out), 2)))
+			errs = append(errs, fmt.Errorf("losetup -d %s: %v: %s", k.loop, err, cmdout.FirstLines(string(out), 2)))
 		}
 	}
 	if err := os.Remove(k.img); err != nil && !os.IsNotExist(err) {
@@ -199,18 +200,4 @@ func checkKernelPeerTools() error {
 		return fmt.Errorf("--kernel-peers needs %s in PATH", strings.Join(missing, ", "))
 	}
 	return nil
-}
-
-// firstLines returns the first n non-empty lines of s, joined.
-func firstLines(s string, n int) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-			if len(out) == n {
-				break
-			}
-		}
-	}
-	return strings.Join(out, " / ")
 }

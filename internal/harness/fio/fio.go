@@ -45,6 +45,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluicefs/sluice/internal/harness/cmdout"
 )
 
 // Job is one fio job. The field comments give fio's option.
@@ -290,9 +292,9 @@ type Error struct {
 // (or of its output, if it wrote nothing there).
 func (e *Error) Error() string {
 	msg := "fio: " + e.Err.Error()
-	l := firstLines(e.Stderr, 3)
+	l := cmdout.FirstLines(e.Stderr, 3)
 	if l == "" {
-		l = firstLines(string(e.Stdout), 3)
+		l = cmdout.FirstLines(string(e.Stdout), 3)
 	}
 	if l != "" {
 		msg += ": " + l
@@ -426,18 +428,4 @@ func Version(path string) string {
 		return ""
 	}
 	return path + " (" + strings.TrimSpace(string(out)) + ")"
-}
-
-// firstLines returns the first n non-empty lines of s, joined.
-func firstLines(s string, n int) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			out = append(out, l)
-			if len(out) == n {
-				break
-			}
-		}
-	}
-	return strings.Join(out, " / ")
 }
