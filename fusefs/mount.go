@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/fuseserver"
 	"github.com/sluicefs/sluice/internal/sys/mountinfo"
 )
 
@@ -74,27 +75,28 @@ func FindMount(dir string) (MountInfo, bool) {
 // Server is a mounted sluice file system being served.
 type Server struct {
 	fs  *FS
-	srv *fuse.Server
+	srv *fuseserver.Server
 	dir string
 
-	done      chan struct{} // closed when the serve loop has ended
 	unmountMu sync.Mutex
 }
 
-// capabilities are what sluice asks the kernel for on top of go-fuse's
-// defaults (which include ASYNC_READ, PARALLEL_DIROPS, READDIRPLUS,
-// MAX_PAGES and AUTO_INVAL_DATA):
+// capabilities are the INIT flags sluice asks the kernel for on top of
+// the server's base set (fuseserver's doc has the whole table):
 //
 //   - ASYNC_DIO: libaio and io_uring O_DIRECT I/O stays asynchronous, so a
 //     queue depth of 32 reaches the daemon as 32 requests in flight;
 //   - HANDLE_KILLPRIV_V2: the engine clears set-user-ID and capabilities on
 //     write, so the kernel does not ask for security.capability before
 //     every write (which serialises writers);
-//   - ATOMIC_O_TRUNC: O_TRUNC comes with OPEN instead of a separate SETATTR;
 //   - DIRECT_IO_ALLOW_MMAP: files answered FOPEN_DIRECT_IO can still be
 //     mmapped (shared writable mappings too);
 //   - CACHE_SYMLINKS: a symlink's target never changes.
-const capabilities = fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_ATOMIC_O_TRUNC |
+//
+// Passthrough is not asked for: sluice's files are extents on a device,
+// not host files, and negotiating it would limit stacking other file
+// systems on the mount.
+const capabilities = fuse.CAP_ASYNC_DIO | fuse.CAP_HANDLE_KILLPRIV_V2 |
 	fuse.CAP_DIRECT_IO_ALLOW_MMAP | fuse.CAP_CACHE_SYMLINKS
 
 // Mount mounts eng on dir and serves it until Unmount (or an unmount from
@@ -116,66 +118,55 @@ func Mount(eng *sluice.FS, dir string, o *Options) (*Server, error) {
 	if err := CheckMountpoint(abs); err != nil {
 		return nil, err
 	}
-	mo, err := fs.mountOptions(os.Geteuid())
+	cfg, err := fs.serverConfig(os.Geteuid())
 	if err != nil {
 		return nil, fmt.Errorf("mounting on %s: %w", abs, err)
 	}
-	srv, err := fuse.NewServer(fs, abs, mo)
-	if err != nil {
-		return nil, fmt.Errorf("mounting on %s: %w", abs, err)
-	}
-	s := &Server{fs: fs, srv: srv, dir: abs, done: make(chan struct{})}
-	go func() {
-		srv.Serve()
-		close(s.done)
-	}()
-	if err := srv.WaitMount(); err != nil {
-		_ = s.Unmount()
-		return nil, fmt.Errorf("mounting on %s: %w", abs, err)
-	}
-	return s, nil
-}
-
-// mountOptions builds go-fuse's options for a mount made by a process
-// with effective user ID euid (see resolveMount).
-func (fs *FS) mountOptions(euid int) (*fuse.MountOptions, error) {
-	o := &fs.opts
-	km, err := resolveMount(o, euid)
+	srv, err := fuseserver.Mount(fs, abs, cfg)
 	if err != nil {
 		return nil, err
 	}
-	mo := &fuse.MountOptions{
-		AllowOther:    km.allowOther,
-		Options:       km.options,
-		MaxBackground: o.MaxBackground,
-		MaxWrite:      o.MaxWrite,
-		FsName:        o.FsName,
+	return &Server{fs: fs, srv: srv, dir: abs}, nil
+}
+
+// serverConfig builds the FUSE server's configuration for a mount made by
+// a process with effective user ID euid (see resolveMount).
+func (fs *FS) serverConfig(euid int) (fuseserver.Config, error) {
+	o := &fs.opts
+	km, err := resolveMount(o, euid)
+	if err != nil {
+		return fuseserver.Config{}, err
+	}
+	cfg := fuseserver.Config{
 		Name:          "sluice",
-		Debug:         o.Debug,
-		Logger:        o.Logger,
-		PanicHandler:  fs.panicHandler,
-		// Root calls mount(2) itself, with these flags; go-fuse never
-		// falls back to fusermount3 for root, so a refusal is reported
-		// as the kernel's.
-		DirectMountStrict: euid == 0,
-		DirectMountFlags:  km.flags,
-		ExtraCapabilities: capabilities,
-		// Passthrough does not apply (sluice's files are extents on a
-		// device, not host files), and negotiating it would limit
-		// stacking other file systems on the mount.
-		DisabledCapabilities: fuse.CAP_PASSTHROUGH,
-		EnableSymlinkCaching: true,
-		// Splicing only pays for data that is in a file descriptor.
-		// sluice's READ replies are in memory, for which go-fuse's splice
-		// path writes the header into a pipe, gives up and drains the
-		// pipe: three system calls more per READ than one writev.
-		DisableSplice: true,
+		FsName:        o.FsName,
+		MaxWrite:      o.MaxWrite,
+		MaxBackground: o.MaxBackground,
+		Capabilities:  capabilities,
+		Transport:     o.Transport,
+		URingDepth:    o.URingDepth,
+		MountFlags:    km.flags,
+		Options:       km.options,
+		AllowOther:    km.allowOther,
+		// Root calls mount(2) itself, with these flags; a refusal is
+		// reported as the kernel's.
+		Fusermount:   euid != 0,
+		Logger:       o.Logger,
+		PanicHandler: fs.panicHandler,
+		Debug:        o.Debug,
 	}
 	if o.WritebackCache {
-		mo.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
+		cfg.Capabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
-	return mo, nil
+	return cfg, nil
 }
+
+// Transport returns the FUSE transport in use and why it was chosen.
+func (s *Server) Transport() (fuseserver.Transport, string) { return s.srv.Transport() }
+
+// Stats returns the FUSE server's counters (requests per transport,
+// interrupts).
+func (s *Server) Stats() fuseserver.Stats { return s.srv.Stats() }
 
 // FS returns the file system being served.
 func (s *Server) FS() *FS { return s.fs }
@@ -185,7 +176,7 @@ func (s *Server) Dir() string { return s.dir }
 
 // Done is closed when the mount has ended: after Unmount, an unmount from
 // outside, or an abort.
-func (s *Server) Done() <-chan struct{} { return s.done }
+func (s *Server) Done() <-chan struct{} { return s.srv.Done() }
 
 // Unmount unmounts and waits for the serve loop to end. It fails with
 // EBUSY while files are open on the mount; see UnmountOptions for lazy and
@@ -197,7 +188,7 @@ func (s *Server) UnmountWith(o UnmountOptions) error {
 	s.unmountMu.Lock()
 	defer s.unmountMu.Unlock()
 	select {
-	case <-s.done:
+	case <-s.srv.Done():
 		return nil
 	default:
 	}
@@ -207,7 +198,7 @@ func (s *Server) UnmountWith(o UnmountOptions) error {
 	if o.Lazy && !o.Force {
 		return nil // the mount ends when its last file is closed
 	}
-	<-s.done
+	<-s.srv.Done()
 	return nil
 }
 

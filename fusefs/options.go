@@ -6,6 +6,8 @@ import (
 	"log"
 	"strings"
 	"time"
+
+	"github.com/sluicefs/sluice/fuseserver"
 )
 
 // CacheMode says who caches the data of files opened without O_DIRECT.
@@ -56,6 +58,10 @@ const (
 	// io_uring with CAP_ASYNC_DIO). 128 covers 4 jobs at queue depth 32;
 	// go-fuse's default of 12 would cap a QD32 benchmark at 12.
 	DefaultMaxBackground = 128
+	// DefaultURingDepth is the default number of io_uring entries per
+	// kernel queue: a QD32 load on one CPU finds an entry for every
+	// request, with room for a second job.
+	DefaultURingDepth = 64
 	// DefaultEntryTimeout and DefaultAttrTimeout are how long the kernel may
 	// trust a name lookup and a file's attributes. The daemon is the only
 	// writer of a volume (the volume lock), and every change passes through
@@ -164,6 +170,13 @@ type Options struct {
 	// puts the volume's absolute path there, so that `sluice umount` can
 	// find the volume. The default value is "sluice".
 	FsName string
+	// Transport is how FUSE requests travel: io_uring when the kernel
+	// offers it (TransportAuto), or /dev/fuse. The default value is
+	// TransportAuto.
+	Transport fuseserver.Transport
+	// URingDepth is the number of io_uring entries per kernel queue (one
+	// queue per possible CPU). The default value is DefaultURingDepth.
+	URingDepth int
 	// Debug logs every FUSE request and reply. The default value is false.
 	Debug bool
 	// Logger receives errors, panics and debug output. The default value is
@@ -185,6 +198,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.MaxBackground == 0 {
 		o.MaxBackground = DefaultMaxBackground
+	}
+	if o.URingDepth == 0 {
+		o.URingDepth = DefaultURingDepth
 	}
 	for _, p := range []struct {
 		d   *time.Duration
