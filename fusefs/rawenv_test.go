@@ -104,10 +104,6 @@ func (e *rawEnv) open(id uint64, flags uint32) uint64 {
 	return out.Fh
 }
 
-func (e *rawEnv) release(id, fh uint64) {
-	e.fs.Release(nil, &fuse.ReleaseIn{InHeader: fuse.InHeader{NodeId: id}, Fh: fh})
-}
-
 // write writes b at off through handle fh, as the kernel would (a 4 KiB
 // aligned payload, as go-fuse places it), in pieces of at most 1 MiB.
 func (e *rawEnv) write(id, fh uint64, b []byte, off int64) {
