@@ -22,8 +22,9 @@ const copyChunkBytes = 1 << 20
 // in.FhOut, as XFS does without reflink (splice_copy_file_range):
 //
 //   - flags other than 0: EINVAL; a source not open for reading or a
-//     destination not open for writing: EBADF; a directory: EISDIR;
-//     another non-regular file: EINVAL;
+//     destination not open for writing: EBADF (an O_APPEND destination
+//     the kernel refuses itself: handles do not record O_APPEND); a
+//     directory: EISDIR; another non-regular file: EINVAL;
 //   - the count is cut at the source's end of file: a copy from past it
 //     copies 0 bytes, one across it is short;
 //   - a range of one file overlapping the other range of the same file
@@ -192,7 +193,13 @@ func (fs *FS) copyRange(cancel <-chan struct{}, src *handle, off int64, dst *han
 	}
 	if endsInHole {
 		if err := dst.f.Extend(doff + pos - off); err != nil {
-			return pos - off, err
+			// The trailing hole was copied only as far as the
+			// destination reaches.
+			a, serr := dst.f.Stat()
+			if serr != nil {
+				return 0, err
+			}
+			return min(pos-off, max(0, a.Size-doff)), err
 		}
 	}
 	return pos - off, nil
