@@ -119,6 +119,7 @@
 //	dio.go              path: direct read and write (directRead, directWrite, finishDirectWrite)
 //	buffered.go         path: buffered read with readahead, buffered write
 //	space.go            path: truncate, fallocate, SEEK_DATA/SEEK_HOLE (lockSpace)
+//	copyrange.go        path: File.Extend and File.Modified, for copy_file_range
 //	writechecks.go      the write checks both write paths run (writeChecks, stripPrivs)
 //	zero.go             in-place zeroing on the device (zeroEOFTail, zeroBlockRange)
 //	invalidate.go       page-cache coherence for direct I/O and space ops (invalidateRange)

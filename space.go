@@ -16,7 +16,16 @@ import (
 // truncate sets the file's size (xfs_setattr_size): shrinking frees the
 // blocks past the new EOF and zeroes the rest of the new EOF block;
 // growing zeroes the old EOF block's tail so no stale byte shows.
-func (in *inode) truncate(size int64) error {
+func (in *inode) truncate(size int64) error { return in.setSize(size, false) }
+
+// extend grows the file to size, as truncate does, and leaves a file of
+// size bytes or more alone (times included). The size is compared under
+// the I/O lock, so it never cuts off what a concurrent write put past
+// size.
+func (in *inode) extend(size int64) error { return in.setSize(size, true) }
+
+// setSize is truncate, or extend when growOnly is set.
+func (in *inode) setSize(size int64, growOnly bool) error {
 	fs := in.fs
 	if size > maxFileSize {
 		return syscall.EFBIG
@@ -27,6 +36,9 @@ func (in *inode) truncate(size int64) error {
 	in.lockSpace()
 	defer in.io.Unlock(iolock.Exclusive)
 	old := in.size()
+	if growOnly && size <= old {
+		return nil
+	}
 	bs := fs.blockSize
 	switch {
 	case size < old:

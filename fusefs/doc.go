@@ -126,6 +126,17 @@
 // with cached opens loses parallel direct writes; sluice is built for
 // direct and asynchronous I/O, where it changes nothing.
 //
+// # Whole-volume sync, copies and statx
+//
+// SyncFS (SYNCFS) is a sync point of the whole volume: the engine's
+// SyncAll. CopyFileRange (COPY_FILE_RANGE) copies inside the daemon,
+// through a pooled aligned buffer in 1 MiB pieces, and leaves the
+// source's holes holes in the destination; it is a byte copy, not a
+// reflink (the engine has no shared extents). Statx (STATX) answers
+// GetAttr's attributes in statx form, without a birth time, which sluice
+// does not keep. go-fuse v2.12.1 dispatches COPY_FILE_RANGE and STATX to
+// FS, not SYNCFS.
+//
 // # Shutdown and stale mounts
 //
 // Server.Unmount unmounts (EBUSY while files are open); UnmountOptions.Lazy

@@ -17,7 +17,7 @@ import (
 // fuse.RawFileSystem. Create it with New (or let Mount do it). Its methods
 // are called by go-fuse, each request on its own goroutine.
 type FS struct {
-	fuse.RawFileSystem // ENOSYS for what sluice does not serve (ioctl, copy_file_range, tmpfile, statx)
+	fuse.RawFileSystem // ENOSYS for what sluice does not serve (ioctl, POSIX locks, ...)
 
 	eng  *sluice.FS // Immutable.
 	opts Options    // Immutable, defaults filled.
@@ -40,6 +40,10 @@ type FS struct {
 	// survives.
 	panicHook atomic.Pointer[func(name string)]
 }
+
+// FS overrides go-fuse's defaults with go-fuse's own signatures
+// (CopyFileRange, Statx, ...), so it stays a fuse.RawFileSystem.
+var _ fuse.RawFileSystem = (*FS)(nil)
 
 // ttl is a timeout as the FUSE protocol carries it.
 type ttl struct {

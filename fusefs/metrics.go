@@ -52,6 +52,9 @@ const (
 	opSetxattr
 	opRemovexattr
 	opAccess
+	opSyncfs
+	opCopyFileRange
+	opStatx
 	opCount
 )
 
@@ -62,7 +65,8 @@ var opNames = [opCount]string{
 	opRelease: "RELEASE", opFlush: "FLUSH", opFsync: "FSYNC", opFallocate: "FALLOCATE", opLseek: "LSEEK",
 	opOpendir: "OPENDIR", opReaddir: "READDIR", opReaddirplus: "READDIRPLUS", opReleasedir: "RELEASEDIR",
 	opFsyncdir: "FSYNCDIR", opStatfs: "STATFS", opGetxattr: "GETXATTR", opListxattr: "LISTXATTR",
-	opSetxattr: "SETXATTR", opRemovexattr: "REMOVEXATTR", opAccess: "ACCESS",
+	opSetxattr: "SETXATTR", opRemovexattr: "REMOVEXATTR", opAccess: "ACCESS", opSyncfs: "SYNCFS",
+	opCopyFileRange: "COPY_FILE_RANGE", opStatx: "STATX",
 }
 
 func (o op) String() string { return opNames[o] }

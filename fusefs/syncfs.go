@@ -1,0 +1,20 @@
+package fusefs
+
+import (
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// SyncFS answers SYNCFS (syncfs(2), and sync(1) for every file system): a
+// sync point of the whole volume. Every write completed before it (data,
+// attributes, namespace changes, buffered or direct, through any handle)
+// is durable when it returns OK: the engine's SyncAll writes back every
+// dirty page, waits for writebacks in flight, flushes the device and syncs
+// the metadata.
+//
+// go-fuse v2.12.1 does not dispatch SYNCFS (and the kernel sends it only
+// to servers that set fc->sync_fs); sluice's own server calls this.
+func (fs *FS) SyncFS(cancel <-chan struct{}, h *fuse.InHeader) fuse.Status {
+	t := fs.start()
+	defer fs.done(opSyncfs, t)
+	return fs.toStatus("syncfs", h.NodeId, fs.eng.SyncAll())
+}
