@@ -282,8 +282,8 @@ const (
 	// SQECmdOffset is the offset of the command area in an SQE; it is
 	// SQE128Size-SQECmdOffset = 80 bytes long in a SQE128.
 	SQECmdOffset = 48
-	CQESize    = 16
-	ParamsSize = 120
+	CQESize      = 16
+	ParamsSize   = 120
 )
 
 // Compile-time layout checks: each array has a negative length, and the
