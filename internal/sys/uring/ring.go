@@ -312,6 +312,22 @@ func (r *Ring) SubmitPublished() (int, error) {
 	return enterRetry(r.fd, r.sqEntries, 0, 0)
 }
 
+// SQPollWakeup wakes the SQ polling thread of a SetupSQPoll ring if it
+// sleeps (SQNeedWakeup), so that it submits the published SQEs; otherwise
+// it makes no system call. Like Enter, it may run on any goroutine.
+func (r *Ring) SQPollWakeup() error {
+	if r.closed {
+		return ErrClosed
+	}
+	// The atomic load of the flags is ordered after the caller's atomic
+	// store of the SQ tail (Publish), as liburing's smp_mb orders them.
+	if atomic.LoadUint32(r.sqFlags)&SQNeedWakeup == 0 {
+		return nil
+	}
+	_, err := enterRetry(r.fd, 0, 0, EnterSQWakeup)
+	return err
+}
+
 // enterRetry calls io_uring_enter, retrying on EINTR: io_uring_enter
 // reports an interrupted wait as EINTR only when it submitted nothing in
 // that call, so the retry asks for the same.

@@ -106,12 +106,19 @@ const (
 const (
 	// SetupIOPoll busy-polls for completions (polled block devices only).
 	SetupIOPoll uint32 = 1 << 0
-	// SetupSQPoll makes a kernel thread poll the SQ.
+	// SetupSQPoll makes a kernel thread poll the SQ and issue the
+	// requests: Params.SQThreadIdle is how many milliseconds it keeps
+	// polling after the last SQE before it sleeps (SQNeedWakeup; wake it
+	// with SQPollWakeup). Requests are issued by that thread, so work the
+	// kernel queues for "the submitting task" runs there.
 	SetupSQPoll uint32 = 1 << 1
 	// SetupCQSize takes the CQ size from Params.CQEntries.
 	SetupCQSize uint32 = 1 << 3
 	// SetupClamp clamps too-large entry counts instead of failing.
 	SetupClamp uint32 = 1 << 4
+	// SetupAttachWQ shares the async backend, and with SetupSQPoll the SQ
+	// polling thread, of the ring whose fd is Params.WQFd.
+	SetupAttachWQ uint32 = 1 << 5
 	// SetupSubmitAll keeps submitting the batch after an SQE fails.
 	SetupSubmitAll uint32 = 1 << 7
 	// SetupSQE128 makes every SQE 128 bytes: the 64-byte SQE followed by
@@ -153,6 +160,8 @@ const (
 	// EnterGetEvents waits for minComplete completions (and, on a
 	// SetupDeferTaskrun ring, runs pending completion work).
 	EnterGetEvents uint32 = 1 << 0
+	// EnterSQWakeup wakes a sleeping SQ polling thread.
+	EnterSQWakeup uint32 = 1 << 1
 )
 
 // SQ ring flags (IORING_SQ_*), returned by SQFlags.

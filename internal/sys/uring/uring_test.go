@@ -134,6 +134,10 @@ func TestConstantsMatchHeader(t *testing.T) {
 		"IORING_SETUP_CQSIZE":        SetupCQSize,
 		"IORING_SETUP_CLAMP":         SetupClamp,
 		"IORING_SETUP_SQE128":        SetupSQE128,
+		"IORING_SETUP_SQPOLL":        SetupSQPoll,
+		"IORING_SETUP_ATTACH_WQ":     SetupAttachWQ,
+		"IORING_ENTER_SQ_WAKEUP":     EnterSQWakeup,
+		"IORING_SQ_NEED_WAKEUP":      SQNeedWakeup,
 		"IORING_SETUP_SUBMIT_ALL":    SetupSubmitAll,
 		"IORING_SETUP_COOP_TASKRUN":  SetupCoopTaskrun,
 		"IORING_SETUP_TASKRUN_FLAG":  SetupTaskrunFlag,
@@ -573,5 +577,33 @@ func TestSQE128Ring(t *testing.T) {
 	r.CQAdvance(1)
 	if newRing(t, 4, nil).GetSQE128() != nil {
 		t.Error("GetSQE128 on a 64-byte ring returned an entry")
+	}
+}
+
+// TestSQPoll runs NOPs through two rings that share one SQ polling
+// thread, across the thread's sleeps: Publish and SQPollWakeup, with no
+// io_uring_enter to submit.
+func TestSQPoll(t *testing.T) {
+	a := newRing(t, 4, &Params{Flags: SetupSQPoll | SetupSQE128, SQThreadIdle: 1})
+	b := newRing(t, 4, &Params{Flags: SetupSQPoll | SetupSQE128 | SetupAttachWQ, SQThreadIdle: 1, WQFd: uint32(a.Fd())})
+	for i := range 6 {
+		for _, r := range []*Ring{a, b} {
+			r.GetSQE128().UserData = uint64(i) // zeroed: a NOP
+			r.Publish()
+			if err := r.SQPollWakeup(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Enter(0, 1); err != nil {
+				t.Fatal(err)
+			}
+			cqe := r.PeekCQE()
+			if cqe == nil || cqe.UserData != uint64(i) || cqe.Res != 0 {
+				t.Fatalf("round %d: cqe %+v", i, cqe)
+			}
+			r.CQAdvance(1)
+		}
+		if i%2 == 1 {
+			time.Sleep(20 * time.Millisecond) // let the thread go to sleep
+		}
 	}
 }
