@@ -99,7 +99,7 @@ func TestSysfs(t *testing.T) {
 		t.Errorf("PossibleCPUs = %d, %v", n, err)
 	}
 	err := Config{Fd: -1, Queues: 3, Depth: 0, PayloadSize: 100}.Validate()
-	for _, want := range []string{"Fd -1", "Queues is 3", "Depth 0", "PayloadSize 100"} {
+	for _, want := range []string{"Fd -1", "Queues 3", "Depth 0", "PayloadSize 100", "SQPollIdle 0s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want it to mention %q", err, want)
 		}

@@ -44,7 +44,7 @@ var fileData = bytes.Repeat([]byte("sluice fuse over io_uring\n"), 1000)
 // testMount is a FUSE mount served by the test: a root directory holding
 // one regular file, x.
 type testMount struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	fd  int
 	qs  []*Queue
@@ -78,10 +78,23 @@ func skipUnlessCapable(tb testing.TB) {
 	}
 }
 
-// mountTest turns enable_uring on, mounts, answers INIT with
-// FUSE_OVER_IO_URING and, if withRing, starts the queues and a Wait loop
-// per queue whose requests two worker goroutines answer with Commit.
-func mountTest(t *testing.T, withRing bool) *testMount {
+// serveMode says who answers the test file system's requests.
+type serveMode int
+
+const (
+	// serveWorkers: a Wait loop per queue hands requests to two worker
+	// goroutines, which Commit the replies.
+	serveWorkers serveMode = iota
+	// serveInline: the goroutine in Wait answers and Commits.
+	serveInline
+	// serveDevFuse: no rings; the /dev/fuse reader answers.
+	serveDevFuse
+)
+
+// mountTest turns enable_uring on, mounts, answers INIT (with
+// FUSE_OVER_IO_URING unless mode is serveDevFuse) and starts serving.
+func mountTest(t testing.TB, mode serveMode) *testMount {
+	withRing := mode != serveDevFuse
 	t.Helper()
 	skipUnlessCapable(t)
 	if changed, err := Enable(); err != nil {
@@ -113,7 +126,7 @@ func mountTest(t *testing.T, withRing bool) *testMount {
 		}
 		unix.Close(fd)
 	})
-	m.answerInit()
+	m.answerInit(withRing)
 	go m.readDev()
 	if !withRing {
 		return m
@@ -155,6 +168,12 @@ func mountTest(t *testing.T, withRing bool) *testMount {
 				var err error
 				batch, err = q.Wait(batch[:0])
 				for _, e := range batch {
+					if mode == serveInline {
+						if err := q.Commit(e, m.serveEntry(e)); err != nil && !errors.Is(err, ErrClosed) {
+							t.Errorf("Commit: %v", err)
+						}
+						continue
+					}
 					work <- e
 				}
 				if err != nil {
@@ -176,9 +195,10 @@ func mountTest(t *testing.T, withRing bool) *testMount {
 	return m
 }
 
-// answerInit reads FUSE_INIT from /dev/fuse and answers it with
-// FUSE_OVER_IO_URING.
-func (m *testMount) answerInit() {
+// answerInit reads FUSE_INIT from /dev/fuse and answers it, with
+// FUSE_OVER_IO_URING if withRing. (With it, the kernel holds every request
+// until the ring is ready: fuse_block_alloc.)
+func (m *testMount) answerInit(withRing bool) {
 	t := m.t
 	buf := make([]byte, 64<<10)
 	n, err := readDevRetry(m.fd, buf)
@@ -202,7 +222,10 @@ func (m *testMount) answerInit() {
 		TimeGran:            1,
 		MaxPages:            testMaxPages,
 	}
-	flags := uint64(fuse.CAP_INIT_EXT|fuse.CAP_MAX_PAGES|fuse.CAP_BIG_WRITES|fuse.CAP_ASYNC_READ) | FlagOverIOURing
+	flags := uint64(fuse.CAP_INIT_EXT | fuse.CAP_MAX_PAGES | fuse.CAP_BIG_WRITES | fuse.CAP_ASYNC_READ)
+	if withRing {
+		flags |= FlagOverIOURing
+	}
 	out.Flags = uint32(flags)
 	out.Flags2 = uint32(flags >> 32)
 	reply := make([]byte, outHeaderSize+int(unsafe.Sizeof(out)))
@@ -335,6 +358,8 @@ func (m *testMount) waitStopped(within time.Duration) {
 		case err := <-m.waitErrs:
 			if !errors.Is(err, ErrStopped) {
 				t.Errorf("Wait = %v, want ErrStopped", err)
+			} else {
+				t.Logf("Wait: %v", err)
 			}
 		case <-deadline:
 			t.Fatalf("Wait did not return within %v after the connection ended", within)
@@ -343,7 +368,7 @@ func (m *testMount) waitStopped(within time.Duration) {
 }
 
 func TestMountEndToEnd(t *testing.T) {
-	m := mountTest(t, true)
+	m := mountTest(t, serveWorkers)
 	type result struct {
 		fi   os.FileInfo
 		data []byte
@@ -373,6 +398,7 @@ func TestMountEndToEnd(t *testing.T) {
 		t.Errorf("read %d bytes %.40q..., want %d bytes %.40q...", len(r.data), r.data, len(fileData), fileData)
 	}
 	m.mu.Lock()
+	t.Logf("opcodes through the rings: %v", m.mu.ringOps)
 	for _, op := range []uint32{opGetattr, opLookup, opOpen, opRead} {
 		if m.mu.ringOps[op] == 0 {
 			t.Errorf("opcode %d never arrived through the ring (ring saw %v)", op, m.mu.ringOps)
@@ -400,7 +426,7 @@ func TestMountEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.waitStopped(10 * time.Second)
-	t.Logf("Wait returned ErrStopped %v after unmount; ring ops %v", time.Since(start), m.mu.ringOps)
+	t.Logf("Wait returned ErrStopped %v after unmount", time.Since(start))
 	for _, q := range m.qs {
 		if err := q.Close(); err != nil {
 			t.Errorf("Close after unmount: %v", err)
@@ -436,7 +462,7 @@ func connectionDir(t *testing.T, dir string) string {
 }
 
 func TestAbort(t *testing.T) {
-	m := mountTest(t, true)
+	m := mountTest(t, serveWorkers)
 	conn := connectionDir(t, m.dir) // the stat goes through the ring
 	start := time.Now()
 	if err := os.WriteFile(filepath.Join(conn, "abort"), []byte("1"), 0); err != nil {
@@ -458,7 +484,7 @@ func TestAbort(t *testing.T) {
 // Wait is blocked: Wait returns ErrClosed, Close returns, and the
 // connection can still be aborted and unmounted.
 func TestCloseBeforeEnd(t *testing.T) {
-	m := mountTest(t, true)
+	m := mountTest(t, serveWorkers)
 	if _, err := os.Stat(m.dir); err != nil {
 		t.Fatal(err)
 	}
@@ -479,5 +505,37 @@ func TestCloseBeforeEnd(t *testing.T) {
 	}
 	if err := unix.Unmount(m.dir, unix.MNT_DETACH); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkGetattr measures stat(2) round trips on the mount root (attr
+// timeout 0, so each is a GETATTR to the server) answered through the
+// rings and, for comparison, through read and write on /dev/fuse.
+func BenchmarkGetattr(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		mode serveMode
+	}{{"ring-workers", serveWorkers}, {"ring-inline", serveInline}, {"devfuse", serveDevFuse}} {
+		b.Run(c.name, func(b *testing.B) {
+			m := mountTest(b, c.mode)
+			var st unix.Stat_t
+			b.ResetTimer()
+			for b.Loop() {
+				if err := unix.Stat(m.dir, &st); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			if c.mode != serveDevFuse {
+				var received uint64
+				for _, q := range m.qs {
+					r, _ := q.Stats()
+					received += r
+				}
+				if received < uint64(b.N) {
+					b.Errorf("rings received %d requests for %d stats", received, b.N)
+				}
+			}
+		})
 	}
 }

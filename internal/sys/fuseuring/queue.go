@@ -83,21 +83,21 @@ func (c *Config) EnsureDefaults() error {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Fd < 0 {
-		errs = append(errs, fmt.Errorf("Fd %d is not a descriptor", c.Fd))
+		errs = append(errs, fmt.Errorf("bad Fd %d: not a descriptor", c.Fd))
 	}
 	if n, err := PossibleCPUs(); err != nil {
 		errs = append(errs, err)
 	} else if c.Queues != n {
-		errs = append(errs, fmt.Errorf("Queues is %d, but the kernel makes one queue per possible CPU (%d)", c.Queues, n))
+		errs = append(errs, fmt.Errorf("bad Queues %d: the kernel makes one queue per possible CPU (%d)", c.Queues, n))
 	}
 	if c.Depth < 1 || c.Depth > 4096 {
-		errs = append(errs, fmt.Errorf("Depth %d is outside [1, 4096]", c.Depth))
+		errs = append(errs, fmt.Errorf("bad Depth %d: outside [1, 4096]", c.Depth))
 	}
 	if c.PayloadSize < MinReadBuffer || c.PayloadSize > 1<<30 {
-		errs = append(errs, fmt.Errorf("PayloadSize %d is outside [%d, 1 GiB]", c.PayloadSize, MinReadBuffer))
+		errs = append(errs, fmt.Errorf("bad PayloadSize %d: outside [%d, 1 GiB]", c.PayloadSize, MinReadBuffer))
 	}
 	if c.SQPollIdle < time.Millisecond || c.SQPollIdle > 10*time.Second {
-		errs = append(errs, fmt.Errorf("SQPollIdle %v is outside [1ms, 10s]", c.SQPollIdle))
+		errs = append(errs, fmt.Errorf("bad SQPollIdle %v: outside [1ms, 10s]", c.SQPollIdle))
 	}
 	if len(errs) == 0 {
 		return nil
@@ -173,31 +173,47 @@ func (e *Entry) Queue() int { return e.q.qid }
 // entries and Depth registered ring entries. See the package documentation
 // for the concurrency contract.
 type Queue struct {
-	qid  int          // Immutable.
-	fd   int          // The /dev/fuse descriptor. Immutable.
-	ring *uring.Ring  // Closed by Close under closeMu and waitMu.
-	ents []Entry      // Immutable slice.
-	hdrs []byte       // Mapped headers and iovecs. Unmapped by Close.
-	pays []byte       // Mapped payloads. Unmapped by Close.
-	cqes []uring.CQE  // Wait's reaping buffer. Protected by waitMu.
-	rdy  []*Entry     // Requests reaped by Start, for the first Wait. Protected by waitMu.
-	mu   sync.Mutex   // Serialises GetSQE128, filling, Publish.
-	wmu  sync.Mutex   // waitMu: held by Wait and Close.
-	cmu  sync.RWMutex // closeMu: read-held by Commit and the wake-up in Close, write-held to set closed.
-	// closed is set by Close. Written under cmu held for writing.
+	qid int // Immutable.
+	fd  int // The /dev/fuse descriptor. Immutable.
+	// ring is the queue's io_uring. Its submission side is protected by
+	// sqMu, its completion side by waitMu; Close closes it holding
+	// waitMu, after setting closed under closeMu.
+	ring *uring.Ring
+	ents []Entry // Immutable slice.
+	hdrs []byte  // Mapped headers and iovecs. Unmapped by Close.
+	pays []byte  // Mapped payloads. Unmapped by Close.
+
+	// sqMu serialises GetSQE128, filling the SQE and Publish.
+	sqMu sync.Mutex
+	// closeMu is held for reading by Commit throughout, and for writing
+	// by Close to set closed: once Close has it, no Commit is running and
+	// none will touch the ring.
+	closeMu sync.RWMutex
+	// closed is set by Close. Written with closeMu held for writing.
 	closed atomic.Bool
+
+	// waitMu is held by Wait, Close and Start's registration: the
+	// completion side.
+	waitMu sync.Mutex
+	// cqes is the reaping buffer. Protected by waitMu.
+	cqes []uring.CQE
+	// rdy holds requests reaped by Start, for the first Wait. Protected
+	// by waitMu.
+	rdy []*Entry
 	// stopErr is the sticky error Wait returns after the connection ended
-	// (wraps ErrStopped). Protected by wmu.
+	// (wraps ErrStopped). Protected by waitMu.
 	stopErr error
 	// entErr is an entry-level failure to report on the next Wait.
-	// Protected by wmu.
+	// Protected by waitMu.
 	entErr error
 	// started is set once Start has reaped the queue's REGISTER failures;
-	// before, every failed command is a failed REGISTER. Protected by wmu.
+	// before, every failed command is a failed REGISTER. Protected by
+	// waitMu.
 	started bool
-	// nops counts the NOP completions reaped. Protected by wmu.
+	// nops counts the NOP completions reaped. Protected by waitMu.
 	nops int
-	// inflight counts commands submitted whose CQE has not been reaped.
+
+	// inflight counts commands published whose CQE has not been reaped.
 	inflight atomic.Int64
 	received atomic.Uint64
 	commits  atomic.Uint64
@@ -306,12 +322,12 @@ func newQueue(cfg Config, qid, attach int) (*Queue, error) {
 // when a request arrives, which may already have happened for the last
 // queue to register: such requests are kept for Wait.
 func (q *Queue) register() error {
-	q.mu.Lock()
+	q.sqMu.Lock()
 	for i := range q.ents {
 		e := &q.ents[i]
 		sqe := q.ring.GetSQE128()
 		if sqe == nil { // cannot happen: the SQ has Depth+1 entries
-			q.mu.Unlock()
+			q.sqMu.Unlock()
 			return fmt.Errorf("fuseuring: queue %d: submission queue full", q.qid)
 		}
 		sqe.PrepURingCmd(q.fd, cmdRegister, unsafe.Pointer(e.iov), 2)
@@ -324,12 +340,12 @@ func (q *Queue) register() error {
 	sqe.UserData = nopUserData
 	q.inflight.Add(1)
 	q.ring.Publish()
-	q.mu.Unlock()
+	q.sqMu.Unlock()
 	if err := q.submit(); err != nil {
 		return err
 	}
-	q.wmu.Lock()
-	defer q.wmu.Unlock()
+	q.waitMu.Lock()
+	defer q.waitMu.Unlock()
 	for q.nops == 0 {
 		q.rdy = q.reapLocked(q.rdy)
 		if q.nops > 0 {
@@ -373,8 +389,8 @@ func transient(err error) bool {
 //
 // Only one goroutine may be in Wait at a time.
 func (q *Queue) Wait(dst []*Entry) ([]*Entry, error) {
-	q.wmu.Lock()
-	defer q.wmu.Unlock()
+	q.waitMu.Lock()
+	defer q.waitMu.Unlock()
 	if q.closed.Load() {
 		return dst, ErrClosed
 	}
@@ -405,7 +421,7 @@ func (q *Queue) Wait(dst []*Entry) ([]*Entry, error) {
 // reapLocked consumes every ready CQE, appends the entries whose request
 // arrived to dst, and records failures in stopErr and entErr.
 //
-// Preconditions: q.wmu is held.
+// Preconditions: q.waitMu is held.
 func (q *Queue) reapLocked(dst []*Entry) []*Entry {
 	for {
 		n := q.ring.PeekBatch(q.cqes)
@@ -438,7 +454,7 @@ func (q *Queue) reapLocked(dst []*Entry) []*Entry {
 
 // failLocked records that the kernel completed e's command with errno.
 //
-// Preconditions: q.wmu is held.
+// Preconditions: q.waitMu is held.
 func (q *Queue) failLocked(e *Entry, errno syscall.Errno) {
 	e.state.Store(entDead)
 	if !q.started {
@@ -517,8 +533,8 @@ func (q *Queue) Commit(e *Entry, payloadLen int) error {
 	if payloadLen < 0 || payloadLen > len(e.payload) {
 		return fmt.Errorf("fuseuring: queue %d entry %d: payload length %d outside [0, %d]", q.qid, e.idx, payloadLen, len(e.payload))
 	}
-	q.cmu.RLock()
-	defer q.cmu.RUnlock()
+	q.closeMu.RLock()
+	defer q.closeMu.RUnlock()
 	if q.closed.Load() {
 		return ErrClosed
 	}
@@ -526,10 +542,10 @@ func (q *Queue) Commit(e *Entry, payloadLen int) error {
 		return fmt.Errorf("fuseuring: queue %d entry %d: Commit of an entry that holds no request (committed twice?)", q.qid, e.idx)
 	}
 	e.hdr.EntInOut.PayloadSz = uint32(payloadLen)
-	q.mu.Lock()
+	q.sqMu.Lock()
 	sqe := q.ring.GetSQE128()
 	if sqe == nil { // cannot happen: at most Depth+1 commands are outstanding
-		q.mu.Unlock()
+		q.sqMu.Unlock()
 		e.state.Store(entServer)
 		return fmt.Errorf("fuseuring: queue %d: submission queue full", q.qid)
 	}
@@ -538,7 +554,7 @@ func (q *Queue) Commit(e *Entry, payloadLen int) error {
 	*(*cmdReq)(unsafe.Pointer(&sqe.Cmd()[0])) = cmdReq{CommitID: e.commitID, QID: uint16(q.qid)}
 	q.inflight.Add(1)
 	q.ring.Publish()
-	q.mu.Unlock()
+	q.sqMu.Unlock()
 	if err := q.submit(); err != nil {
 		return err
 	}
@@ -576,26 +592,26 @@ const closeDrainStopped = 5 * time.Second
 //
 // A second Close returns ErrClosed.
 func (q *Queue) Close() error {
-	q.cmu.Lock()
+	q.closeMu.Lock()
 	if q.closed.Load() {
-		q.cmu.Unlock()
+		q.closeMu.Unlock()
 		return ErrClosed
 	}
 	q.closed.Store(true)
-	q.cmu.Unlock()
+	q.closeMu.Unlock()
 	// Wake Wait with a NOP. No Commit can race for the SQ any more.
-	q.mu.Lock()
+	q.sqMu.Lock()
 	if sqe := q.ring.GetSQE(); sqe != nil {
 		sqe.PrepNop()
 		sqe.UserData = nopUserData
 		q.inflight.Add(1)
 		q.ring.Publish()
 	}
-	q.mu.Unlock()
+	q.sqMu.Unlock()
 	werr := q.submit()
 
-	q.wmu.Lock()
-	defer q.wmu.Unlock()
+	q.waitMu.Lock()
+	defer q.waitMu.Unlock()
 	deadline := time.Now()
 	if q.stopErr != nil {
 		deadline = deadline.Add(closeDrainStopped)
