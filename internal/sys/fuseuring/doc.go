@@ -56,7 +56,13 @@
 //     CPU the requesting task runs on. The ring becomes ready, and requests
 //     start to flow through it instead of /dev/fuse, only when every
 //     queue has an available entry (is_ring_ready, fuse_uring_do_register)
-//     (tested).
+//     (tested). Meanwhile, once the INIT reply has said FUSE_OVER_IO_URING,
+//     every new request waits (fuse_block_alloc in fs/fuse/dev.c) until the
+//     ring is ready; a REGISTER that fails clears the connection's
+//     io_uring mark and releases them to /dev/fuse (tested: Start with too
+//     small payload buffers fails with EINVAL, and stat is then served on
+//     /dev/fuse). So a server that answered INIT with the flag must Start
+//     promptly, or keep serving /dev/fuse until Start fails.
 //   - Arrival (fuse_uring_args_to_ring, fuse_uring_copy_to_ring): the
 //     fuse_in_header goes to in_out; the first in-argument, when not
 //     empty, to op_in (that is the per-opcode struct: fuse_read_in,

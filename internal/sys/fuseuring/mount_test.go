@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -89,6 +90,9 @@ const (
 	serveInline
 	// serveDevFuse: no rings; the /dev/fuse reader answers.
 	serveDevFuse
+	// notStarted: INIT says FUSE_OVER_IO_URING but the test calls Start
+	// itself; the /dev/fuse reader answers what comes there.
+	notStarted
 )
 
 // mountTest turns enable_uring on, mounts, answers INIT (with
@@ -96,13 +100,14 @@ const (
 func mountTest(t testing.TB, mode serveMode) *testMount {
 	withRing := mode != serveDevFuse
 	t.Helper()
+	serveDev := mode == serveDevFuse || mode == notStarted
 	skipUnlessCapable(t)
 	if changed, err := Enable(); err != nil {
 		t.Fatal(err)
 	} else if changed {
 		t.Cleanup(func() { Disable() })
 	}
-	m := &testMount{t: t, dir: t.TempDir(), devDone: make(chan struct{}), serveDev: !withRing}
+	m := &testMount{t: t, dir: t.TempDir(), devDone: make(chan struct{}), serveDev: serveDev}
 	m.mu.ringOps = map[uint32]int{}
 	m.mu.devOps = map[uint32]int{}
 	fd, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
@@ -128,7 +133,7 @@ func mountTest(t testing.TB, mode serveMode) *testMount {
 	})
 	m.answerInit(withRing)
 	go m.readDev()
-	if !withRing {
+	if mode == serveDevFuse || mode == notStarted {
 		return m
 	}
 	qs, err := Start(Config{Fd: fd, Depth: 4, PayloadSize: MaxPayload(testMaxWrite, testMaxPages, os.Getpagesize())})
@@ -537,5 +542,38 @@ func BenchmarkGetattr(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestRegisterTooSmall starts the queues with payload buffers smaller than
+// the INIT reply's max_write: every REGISTER fails with EINVAL, Start says
+// so, and the kernel, which drops io_uring for the connection when a
+// REGISTER fails, sends the requests on /dev/fuse instead of holding them
+// for a ring that will never be ready (fuse_uring_cmd, fuse_block_alloc).
+func TestRegisterTooSmall(t *testing.T) {
+	m := mountTest(t, notStarted)
+	qs, err := Start(Config{Fd: m.fd, Depth: 2, PayloadSize: 64 << 10})
+	if err == nil {
+		for _, q := range qs {
+			q.Close()
+		}
+		t.Fatal("Start with 64 KiB payloads for max_write 1 MiB succeeded")
+	}
+	if !errors.Is(err, unix.EINVAL) || !strings.Contains(err.Error(), "payload buffer smaller") {
+		t.Errorf("Start = %v, want EINVAL naming the payload size", err)
+	}
+	t.Logf("Start: %v", err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := os.Stat(m.dir)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("stat through /dev/fuse after the failed Start: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("stat hung after the failed Start")
 	}
 }
