@@ -1,6 +1,7 @@
 package fuseuring
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,5 +131,37 @@ func TestMaxPayload(t *testing.T) {
 		if got := MaxPayload(c.maxWrite, c.maxPages, 4096); got != c.want {
 			t.Errorf("MaxPayload(%d, %d) = %d, want %d", c.maxWrite, c.maxPages, got, c.want)
 		}
+	}
+}
+
+// TestCommitMisuse checks the refusals Commit makes before it touches the
+// ring: an entry of another queue, a payload length out of range, an entry
+// that holds no request, and a closed queue.
+func TestCommitMisuse(t *testing.T) {
+	q, other := &Queue{qid: 1}, &Queue{qid: 2}
+	e := &Entry{q: q, payload: make([]byte, 16)}
+	for _, c := range []struct {
+		name string
+		e    *Entry
+		n    int
+		want string
+	}{
+		{"nil entry", nil, 0, "another queue"},
+		{"foreign entry", &Entry{q: other}, 0, "another queue"},
+		{"negative length", e, -1, "outside [0, 16]"},
+		{"long payload", e, 17, "outside [0, 16]"},
+		{"no request", e, 4, "holds no request"},
+	} {
+		if err := q.Commit(c.e, c.n); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Commit = %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	e.state.Store(entServer)
+	q.closed.Store(true)
+	if err := q.Commit(e, 4); !errors.Is(err, ErrClosed) {
+		t.Errorf("Commit on a closed queue = %v, want ErrClosed", err)
+	}
+	if e.state.Load() != entServer {
+		t.Error("a refused Commit took the entry from its holder")
 	}
 }

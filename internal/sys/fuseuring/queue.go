@@ -351,8 +351,8 @@ func (q *Queue) register() error {
 		if q.nops > 0 {
 			break
 		}
-		if _, err := q.ring.Enter(0, 1); err != nil && !transient(err) {
-			return fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
+		if err := q.waitCQE(); err != nil {
+			return err
 		}
 	}
 	q.started = true
@@ -373,6 +373,23 @@ func (q *Queue) submit() error {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// waitCQE blocks in io_uring_enter until a CQE is ready. EINTR is
+// retried by uring; a transient shortage (EAGAIN, EBUSY) returns after a
+// short sleep, for the caller to look again.
+//
+// Preconditions: q.waitMu is held.
+func (q *Queue) waitCQE() error {
+	_, err := q.ring.Enter(0, 1)
+	if err == nil {
+		return nil
+	}
+	if transient(err) {
+		time.Sleep(100 * time.Microsecond)
+		return nil
+	}
+	return fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
 }
 
 func transient(err error) bool {
@@ -412,8 +429,8 @@ func (q *Queue) Wait(dst []*Entry) ([]*Entry, error) {
 		if q.closed.Load() {
 			return dst, ErrClosed
 		}
-		if _, err := q.ring.Enter(0, 1); err != nil && !transient(err) {
-			return dst, fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
+		if err := q.waitCQE(); err != nil {
+			return dst, err
 		}
 	}
 }
