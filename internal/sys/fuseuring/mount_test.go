@@ -79,6 +79,13 @@ func skipUnlessCapable(tb testing.TB) {
 	}
 }
 
+// forEachIssuer runs test once per Issuer.
+func forEachIssuer(t *testing.T, test func(*testing.T, Issuer)) {
+	for _, iss := range []Issuer{IssueSQPoll, IssueThread} {
+		t.Run(iss.String(), func(t *testing.T) { test(t, iss) })
+	}
+}
+
 // serveMode says who answers the test file system's requests.
 type serveMode int
 
@@ -97,7 +104,7 @@ const (
 
 // mountTest turns enable_uring on, mounts, answers INIT (with
 // FUSE_OVER_IO_URING unless mode is serveDevFuse) and starts serving.
-func mountTest(t testing.TB, mode serveMode) *testMount {
+func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 	withRing := mode != serveDevFuse
 	t.Helper()
 	serveDev := mode == serveDevFuse || mode == notStarted
@@ -136,7 +143,7 @@ func mountTest(t testing.TB, mode serveMode) *testMount {
 	if mode == serveDevFuse || mode == notStarted {
 		return m
 	}
-	qs, err := Start(Config{Fd: fd, Depth: 4, PayloadSize: MaxPayload(testMaxWrite, testMaxPages, os.Getpagesize())})
+	qs, err := Start(Config{Fd: fd, Depth: 4, PayloadSize: MaxPayload(testMaxWrite, testMaxPages, os.Getpagesize()), Issuer: issuer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,8 +379,10 @@ func (m *testMount) waitStopped(within time.Duration) {
 	}
 }
 
-func TestMountEndToEnd(t *testing.T) {
-	m := mountTest(t, serveWorkers)
+func TestMountEndToEnd(t *testing.T) { forEachIssuer(t, testMountEndToEnd) }
+
+func testMountEndToEnd(t *testing.T, issuer Issuer) {
+	m := mountTest(t, serveWorkers, issuer)
 	type result struct {
 		fi   os.FileInfo
 		data []byte
@@ -466,8 +475,10 @@ func connectionDir(t *testing.T, dir string) string {
 	return conn
 }
 
-func TestAbort(t *testing.T) {
-	m := mountTest(t, serveWorkers)
+func TestAbort(t *testing.T) { forEachIssuer(t, testAbort) }
+
+func testAbort(t *testing.T, issuer Issuer) {
+	m := mountTest(t, serveWorkers, issuer)
 	conn := connectionDir(t, m.dir) // the stat goes through the ring
 	start := time.Now()
 	if err := os.WriteFile(filepath.Join(conn, "abort"), []byte("1"), 0); err != nil {
@@ -488,14 +499,21 @@ func TestAbort(t *testing.T) {
 // TestCloseBeforeEnd closes the queues while the connection is alive and
 // Wait is blocked: Wait returns ErrClosed, Close returns, and the
 // connection can still be aborted and unmounted.
-func TestCloseBeforeEnd(t *testing.T) {
-	m := mountTest(t, serveWorkers)
+func TestCloseBeforeEnd(t *testing.T) { forEachIssuer(t, testCloseBeforeEnd) }
+
+func testCloseBeforeEnd(t *testing.T, issuer Issuer) {
+	m := mountTest(t, serveWorkers, issuer)
 	if _, err := os.Stat(m.dir); err != nil {
 		t.Fatal(err)
 	}
 	for _, q := range m.qs {
 		if err := q.Close(); err != nil {
 			t.Errorf("Close: %v", err)
+		}
+		// The kernel still holds the entries' commands, so the buffers
+		// must stay reserved.
+		if !q.leaked {
+			t.Errorf("queue %d: buffers unmapped while the kernel held commands on them", q.qid)
 		}
 	}
 	for range m.qs {
@@ -518,11 +536,18 @@ func TestCloseBeforeEnd(t *testing.T) {
 // rings and, for comparison, through read and write on /dev/fuse.
 func BenchmarkGetattr(b *testing.B) {
 	for _, c := range []struct {
-		name string
-		mode serveMode
-	}{{"ring-workers", serveWorkers}, {"ring-inline", serveInline}, {"devfuse", serveDevFuse}} {
+		name   string
+		mode   serveMode
+		issuer Issuer
+	}{
+		{"sqpoll-workers", serveWorkers, IssueSQPoll},
+		{"sqpoll-inline", serveInline, IssueSQPoll},
+		{"thread-workers", serveWorkers, IssueThread},
+		{"thread-inline", serveInline, IssueThread},
+		{"devfuse", serveDevFuse, 0},
+	} {
 		b.Run(c.name, func(b *testing.B) {
-			m := mountTest(b, c.mode)
+			m := mountTest(b, c.mode, c.issuer)
 			var st unix.Stat_t
 			b.ResetTimer()
 			for b.Loop() {
@@ -551,7 +576,7 @@ func BenchmarkGetattr(b *testing.B) {
 // REGISTER fails, sends the requests on /dev/fuse instead of holding them
 // for a ring that will never be ready (fuse_uring_cmd, fuse_block_alloc).
 func TestRegisterTooSmall(t *testing.T) {
-	m := mountTest(t, notStarted)
+	m := mountTest(t, notStarted, IssueSQPoll)
 	qs, err := Start(Config{Fd: m.fd, Depth: 2, PayloadSize: 64 << 10})
 	if err == nil {
 		for _, q := range qs {

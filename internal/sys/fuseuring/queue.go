@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -50,8 +51,38 @@ type Config struct {
 	// commands (one per connection, shared by all queues) keeps polling
 	// for new commits after the last one before it sleeps; a Commit that
 	// finds it asleep wakes it with one io_uring_enter. Millisecond
-	// granularity. The default value is 10ms.
+	// granularity. Used with IssueSQPoll only. The default value is 10ms.
 	SQPollIdle time.Duration
+	// Issuer says which thread issues the ring commands, and so runs the
+	// kernel's task work that delivers requests (see the package
+	// documentation). The default value is IssueSQPoll.
+	Issuer Issuer
+}
+
+// Issuer is the way a queue's commands reach the kernel.
+type Issuer int
+
+const (
+	// IssueSQPoll: one SQ polling kernel thread per connection issues
+	// every command (IORING_SETUP_SQPOLL, IORING_SETUP_ATTACH_WQ). A
+	// Commit while it polls makes no system call; it spins for
+	// Config.SQPollIdle after each burst.
+	IssueSQPoll Issuer = iota
+	// IssueThread: one OS thread per queue, locked to an internal
+	// goroutine that does nothing but io_uring_enter, issues the
+	// commands. A Commit wakes it through a channel (commits that arrive
+	// while it is busy are issued together); nothing spins.
+	IssueThread
+)
+
+func (i Issuer) String() string {
+	switch i {
+	case IssueSQPoll:
+		return "sqpoll"
+	case IssueThread:
+		return "thread"
+	}
+	return fmt.Sprintf("Issuer(%d)", int(i))
 }
 
 // DefaultPayloadSize is Config.PayloadSize's default.
@@ -96,6 +127,9 @@ func (c Config) Validate() error {
 	if c.PayloadSize < MinReadBuffer || c.PayloadSize > 1<<30 {
 		errs = append(errs, fmt.Errorf("bad PayloadSize %d: outside [%d, 1 GiB]", c.PayloadSize, MinReadBuffer))
 	}
+	if c.Issuer != IssueSQPoll && c.Issuer != IssueThread {
+		errs = append(errs, fmt.Errorf("bad Issuer %d", int(c.Issuer)))
+	}
 	if c.SQPollIdle < time.Millisecond || c.SQPollIdle > 10*time.Second {
 		errs = append(errs, fmt.Errorf("bad SQPollIdle %v: outside [1ms, 10s]", c.SQPollIdle))
 	}
@@ -107,7 +141,7 @@ func (c Config) Validate() error {
 
 // String describes c for logs and benchmark records.
 func (c Config) String() string {
-	return fmt.Sprintf("fd=%d queues=%d depth=%d payload=%d sqpoll_idle=%v", c.Fd, c.Queues, c.Depth, c.PayloadSize, c.SQPollIdle)
+	return fmt.Sprintf("fd=%d queues=%d depth=%d payload=%d issuer=%v sqpoll_idle=%v", c.Fd, c.Queues, c.Depth, c.PayloadSize, c.Issuer, c.SQPollIdle)
 }
 
 // Entry states. An entry is owned by the kernel (a command is outstanding
@@ -212,6 +246,18 @@ type Queue struct {
 	started bool
 	// nops counts the NOP completions reaped. Protected by waitMu.
 	nops int
+	// leaked is set by Close when it had to keep the buffers reserved
+	// because commands were still outstanding. Protected by waitMu.
+	leaked bool
+
+	// kick wakes the IssueThread goroutine; nil with IssueSQPoll. Closed
+	// by Close, with waitMu held, after closed is set.
+	kick chan struct{}
+	// issuerDone is closed when the IssueThread goroutine returns.
+	issuerDone chan struct{}
+	// issueErr is the first io_uring_enter failure of the IssueThread
+	// goroutine, reported by Wait.
+	issueErr atomic.Pointer[error]
 
 	// inflight counts commands published whose CQE has not been reaped.
 	inflight atomic.Int64
@@ -249,7 +295,7 @@ func Start(cfg Config) ([]*Queue, error) {
 	}
 	for qid := range cfg.Queues {
 		attach := -1
-		if qid > 0 {
+		if qid > 0 && cfg.Issuer == IssueSQPoll {
 			attach = qs[0].ring.Fd()
 		}
 		q, err := newQueue(cfg, qid, attach)
@@ -276,9 +322,10 @@ func newQueue(cfg Config, qid, attach int) (*Queue, error) {
 	// Each entry has at most one command outstanding and Close or Start
 	// one NOP, so an SQ of Depth+1 and the default CQ of twice that never
 	// fill.
-	p := &uring.Params{
-		Flags:        uring.SetupSQE128 | uring.SetupSQPoll,
-		SQThreadIdle: uint32(max(1, cfg.SQPollIdle.Milliseconds())),
+	p := &uring.Params{Flags: uring.SetupSQE128}
+	if cfg.Issuer == IssueSQPoll {
+		p.Flags |= uring.SetupSQPoll
+		p.SQThreadIdle = uint32(max(1, cfg.SQPollIdle.Milliseconds()))
 	}
 	if attach >= 0 {
 		p.Flags |= uring.SetupAttachWQ
@@ -312,7 +359,34 @@ func newQueue(cfg Config, qid, attach int) (*Queue, error) {
 		e.iov[1] = unix.Iovec{Base: &e.payload[0], Len: uint64(len(e.payload))}
 	}
 	q.cqes = make([]uring.CQE, r.CQEntries())
+	if cfg.Issuer == IssueThread {
+		q.kick = make(chan struct{}, 1)
+		q.issuerDone = make(chan struct{})
+		go q.issue()
+	}
 	return q, nil
+}
+
+// issue is the IssueThread goroutine: locked to its OS thread for life, it
+// submits the published SQEs each time it is kicked, until kick closes.
+// Returning while locked ends the thread; Close does that only after no
+// request can be delivered any more or just before it closes the ring.
+func (q *Queue) issue() {
+	runtime.LockOSThread()
+	defer close(q.issuerDone)
+	for range q.kick {
+		for delay := time.Microsecond; ; delay *= 2 {
+			_, err := q.ring.SubmitPublished()
+			if err == nil || !transient(err) || delay > 100*time.Millisecond {
+				if err != nil {
+					werr := fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
+					q.issueErr.CompareAndSwap(nil, &werr)
+				}
+				break
+			}
+			time.Sleep(delay)
+		}
+	}
 }
 
 // register submits a REGISTER for every entry, followed by a NOP, and
@@ -359,10 +433,18 @@ func (q *Queue) register() error {
 	return q.entErr
 }
 
-// submit makes sure the polling thread sees the published SQEs: it wakes
-// the thread if it sleeps, retrying while io_uring_enter reports a
+// submit makes sure the published SQEs get issued: with IssueThread it
+// kicks the issuer; with IssueSQPoll it wakes the polling thread if it
+// sleeps, retrying while io_uring_enter reports a
 // transient shortage (EAGAIN, EBUSY; EINTR is retried by uring).
 func (q *Queue) submit() error {
+	if q.kick != nil {
+		select {
+		case q.kick <- struct{}{}:
+		default: // a kick is pending; the issuer will see these SQEs too
+		}
+		return nil
+	}
 	for delay := time.Microsecond; ; delay *= 2 {
 		err := q.ring.SQPollWakeup()
 		if err == nil {
@@ -422,6 +504,9 @@ func (q *Queue) Wait(dst []*Entry) ([]*Entry, error) {
 		if err := q.entErr; err != nil {
 			q.entErr = nil
 			return dst, err
+		}
+		if p := q.issueErr.Swap(nil); p != nil {
+			return dst, *p
 		}
 		if q.stopErr != nil {
 			return dst, q.stopErr
@@ -635,6 +720,10 @@ func (q *Queue) Close() error {
 	} else {
 		deadline = deadline.Add(50 * time.Millisecond)
 	}
+	if q.kick != nil {
+		close(q.kick)
+		<-q.issuerDone
+	}
 	for {
 		q.reapLocked(nil)
 		if q.inflight.Load() <= 0 || time.Now().After(deadline) {
@@ -652,6 +741,7 @@ func (q *Queue) Close() error {
 	if q.inflight.Load() <= 0 {
 		errs = append(errs, unmap(q.hdrs), unmap(q.pays))
 	} else {
+		q.leaked = true
 		errs = append(errs, reserve(q.hdrs), reserve(q.pays))
 	}
 	q.hdrs, q.pays = nil, nil
