@@ -42,8 +42,9 @@
 //     while enable_uring is on. A command on a connection not so marked,
 //     with enable_uring off, fails with EOPNOTSUPP. Before the INIT reply
 //     (fc->initialized) it fails with EAGAIN, because the ring's payload
-//     size comes from the reply. So: Enable, then mount, then answer INIT,
-//     then Start (tested).
+//     size comes from the reply; io_uring then retries it in a worker, so
+//     that failure can come after Start returned (not tested). So: Enable,
+//     then mount, then answer INIT, then Start (tested).
 //   - REGISTER (fuse_uring_register, fuse_uring_create_ring_ent): sqe->addr
 //     points to 2 iovecs {header, payload}, sqe->len = 2 (else EINVAL); the
 //     header iovec must cover 288 bytes and the payload iovec at least

@@ -174,6 +174,9 @@ type Entry struct {
 	payloadLen int
 	// state is entKernel, entServer or entDead.
 	state atomic.Uint32
+	// arrived is set when the first request arrives in the entry (its
+	// REGISTER completed). Protected by q.waitMu.
+	arrived bool
 }
 
 // InHeader returns the 128-byte in_out area. On arrival it holds the
@@ -276,7 +279,14 @@ const nopUserData = ^uint64(0)
 // before still arrive on /dev/fuse).
 //
 // A REGISTER the kernel refuses makes Start fail with an error naming the
-// errno and its likely cause; the queues created so far are closed.
+// errno and its likely cause; the queues created so far are closed. The
+// kernel then drops io_uring for the connection and sends its requests on
+// /dev/fuse. (A REGISTER refused with EAGAIN, before the INIT reply, is
+// reported by a worker and may come after Start returned; Wait reports
+// it.) If Start fails before any REGISTER was refused (Config, io_uring
+// setup, memory), the kernel keeps holding the connection's requests for
+// a ring that will never be ready (fuse_block_alloc): abort the
+// connection.
 func Start(cfg Config) ([]*Queue, error) {
 	if err := cfg.EnsureDefaults(); err != nil {
 		return nil, err
@@ -545,6 +555,7 @@ func (q *Queue) reapLocked(dst []*Entry) []*Entry {
 				q.failLocked(e, syscall.Errno(-c.Res))
 				continue
 			}
+			e.arrived = true
 			e.commitID = e.hdr.EntInOut.CommitID
 			e.payloadLen = int(min(e.hdr.EntInOut.PayloadSz, uint32(len(e.payload))))
 			e.state.Store(entServer)
@@ -559,22 +570,25 @@ func (q *Queue) reapLocked(dst []*Entry) []*Entry {
 // Preconditions: q.waitMu is held.
 func (q *Queue) failLocked(e *Entry, errno syscall.Errno) {
 	e.state.Store(entDead)
-	if !q.started {
-		if q.entErr == nil {
-			q.entErr = fmt.Errorf("fuseuring: queue %d entry %d: FUSE_IO_URING_CMD_REGISTER: %w (%s)", q.qid, e.idx, errno, registerHint(errno))
+	if q.started {
+		switch errno {
+		case unix.ENOTCONN, unix.ECONNABORTED, unix.ECANCELED:
+			if q.stopErr == nil {
+				q.stopErr = fmt.Errorf("fuseuring: queue %d: %w (%w)", q.qid, ErrStopped, errno)
+			}
+			return
 		}
+	}
+	if q.entErr != nil {
 		return
 	}
-	switch errno {
-	case unix.ENOTCONN, unix.ECONNABORTED, unix.ECANCELED:
-		if q.stopErr == nil {
-			q.stopErr = fmt.Errorf("fuseuring: queue %d: %w (%w)", q.qid, ErrStopped, errno)
-		}
+	if !e.arrived {
+		// Before Start returned, or later for a REGISTER the kernel
+		// punted to a worker (EAGAIN).
+		q.entErr = fmt.Errorf("fuseuring: queue %d entry %d: FUSE_IO_URING_CMD_REGISTER: %w (%s)", q.qid, e.idx, errno, registerHint(errno))
 		return
 	}
-	if q.entErr == nil {
-		q.entErr = fmt.Errorf("fuseuring: queue %d entry %d: FUSE_IO_URING_CMD_COMMIT_AND_FETCH: %w (%s; the entry is lost)", q.qid, e.idx, errno, commitHint(errno))
-	}
+	q.entErr = fmt.Errorf("fuseuring: queue %d entry %d: FUSE_IO_URING_CMD_COMMIT_AND_FETCH: %w (%s; the entry is lost)", q.qid, e.idx, errno, commitHint(errno))
 }
 
 // registerHint explains a REGISTER errno, after fuse_uring_cmd,
