@@ -16,6 +16,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice/internal/sys/mountinfo"
 )
 
 // FUSE opcodes the test file system knows (include/uapi/linux/fuse.h).
@@ -62,6 +64,53 @@ type testMount struct {
 	// serveDev makes the /dev/fuse reader answer requests (for the
 	// comparison benchmark without rings).
 	serveDev bool
+	// connMinor is the connection's number in /sys/fs/fuse/connections.
+	connMinor uint32
+	// waitLog records every error a Wait loop got.
+	waitLog struct {
+		sync.Mutex
+		errs []error
+	}
+}
+
+// abortConn aborts the connection through fusectl, mounting it if needed.
+// Tests call it when the mount hangs, so that no thread stays stuck in a
+// FUSE request after the test.
+func (m *testMount) abortConn() error {
+	const ctl = "/sys/fs/fuse/connections"
+	conn := filepath.Join(ctl, strconv.FormatUint(uint64(m.connMinor), 10))
+	if _, err := os.Stat(conn); err != nil {
+		if err := unix.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil {
+			return fmt.Errorf("no %s and cannot mount fusectl: %w", conn, err)
+		}
+		m.t.Cleanup(func() { unix.Unmount(ctl, 0) })
+	}
+	return os.WriteFile(filepath.Join(conn, "abort"), []byte("1"), 0)
+}
+
+// hung reports a hang: it logs the queues' state, aborts the connection
+// and fails the test.
+func (m *testMount) hung(what string) {
+	t := m.t
+	t.Helper()
+	for _, q := range m.qs {
+		r, c := q.Stats()
+		states := make([]uint32, len(q.ents))
+		for i := range q.ents {
+			states[i] = q.ents[i].state.Load()
+		}
+		t.Logf("queue %d: received %d committed %d inflight %d entry states %v", q.qid, r, c, q.inflight.Load(), states)
+	}
+	m.waitLog.Lock()
+	t.Logf("Wait errors: %v", m.waitLog.errs)
+	m.waitLog.Unlock()
+	m.mu.Lock()
+	t.Logf("ring ops %v, /dev/fuse ops %v", m.mu.ringOps, m.mu.devOps)
+	m.mu.Unlock()
+	if err := m.abortConn(); err != nil {
+		t.Errorf("abort: %v", err)
+	}
+	t.Fatal(what)
 }
 
 // skipUnlessCapable skips the test unless it runs as root on a kernel
@@ -127,6 +176,13 @@ func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 		unix.Close(fd)
 		t.Skipf("mount: %v", err)
 	}
+	if mt, err := mountinfo.Read(); err != nil {
+		t.Fatal(err)
+	} else if mi, ok := mt.At(m.dir); !ok {
+		t.Fatalf("%s not in mountinfo after mount", m.dir)
+	} else {
+		m.connMinor = mi.Minor
+	}
 	// Cleanups run last-registered first: the queues close, then the
 	// mount goes, then the reader ends, then the descriptor closes.
 	t.Cleanup(func() {
@@ -140,7 +196,11 @@ func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 	})
 	m.answerInit(withRing)
 	go m.readDev()
-	if mode == serveDevFuse || mode == notStarted {
+	if mode == notStarted {
+		return m
+	}
+	if mode == serveDevFuse {
+		m.pollHack()
 		return m
 	}
 	qs, err := Start(Config{Fd: fd, Depth: 4, PayloadSize: MaxPayload(testMaxWrite, testMaxPages, os.Getpagesize()), Issuer: issuer})
@@ -189,12 +249,16 @@ func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 					work <- e
 				}
 				if err != nil {
+					m.waitLog.Lock()
+					m.waitLog.errs = append(m.waitLog.errs, err)
+					m.waitLog.Unlock()
 					m.waitErrs <- err
 					return
 				}
 			}
 		}()
 	}
+	m.pollHack()
 	t.Cleanup(func() {
 		// Runs before the queues close: stop Wait first.
 		for _, q := range qs {
@@ -205,6 +269,31 @@ func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 		workers.Wait()
 	})
 	return m
+}
+
+// pollHack opens the file once, alone, so that the kernel learns that
+// the server does not do FUSE_POLL. Go registers every opened file with
+// its netpoller: epoll_ctl calls the file's poll, which on FUSE sends
+// FUSE_POLL and waits, in a raw system call that keeps its P. Two such
+// opens at once on a 2-CPU machine hold every P, and the goroutines that
+// would answer never run. (go-fuse does the same at mount.)
+func (m *testMount) pollHack() {
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.Open(filepath.Join(m.dir, "x"))
+		if err == nil {
+			err = f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			m.t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		m.hung("the first open hung")
+	}
 }
 
 // answerInit reads FUSE_INIT from /dev/fuse and answers it, with
@@ -344,7 +433,8 @@ func (m *testMount) serve(h *fuse.InHeader, opIn, rest, out []byte) (int32, int)
 		return 0, int(unsafe.Sizeof(*o))
 	case opOpen:
 		o := (*fuse.OpenOut)(unsafe.Pointer(&out[0]))
-		*o = fuse.OpenOut{Fh: 7}
+		// Direct I/O: every read reaches the server, none is cached.
+		*o = fuse.OpenOut{Fh: 7, OpenFlags: fuse.FOPEN_DIRECT_IO}
 		return 0, int(unsafe.Sizeof(*o))
 	case opRead:
 		// fuse_read_in: fh, offset, size, ... (no fuse_in_header).
@@ -400,7 +490,7 @@ func testMountEndToEnd(t *testing.T, issuer Issuer) {
 	select {
 	case r = <-done:
 	case <-time.After(20 * time.Second):
-		t.Fatal("stat/read of the mount hung")
+		m.hung("stat/read of the mount hung")
 	}
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -454,34 +544,15 @@ func testMountEndToEnd(t *testing.T, issuer Issuer) {
 	}
 }
 
-// connectionDir returns /sys/fs/fuse/connections/N of the mount on dir,
-// mounting fusectl if needed.
-func connectionDir(t *testing.T, dir string) string {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		t.Fatal(err)
-	}
-	const ctl = "/sys/fs/fuse/connections"
-	conn := filepath.Join(ctl, strconv.FormatUint(uint64(unix.Minor(st.Dev)), 10))
-	if _, err := os.Stat(conn); err != nil {
-		if err := unix.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil {
-			t.Skipf("no %s and cannot mount fusectl: %v", conn, err)
-		}
-		t.Cleanup(func() { unix.Unmount(ctl, 0) })
-	}
-	if _, err := os.Stat(conn); err != nil {
-		t.Fatal(err)
-	}
-	return conn
-}
-
 func TestAbort(t *testing.T) { forEachIssuer(t, testAbort) }
 
 func testAbort(t *testing.T, issuer Issuer) {
 	m := mountTest(t, serveWorkers, issuer)
-	conn := connectionDir(t, m.dir) // the stat goes through the ring
+	if _, err := os.Stat(m.dir); err != nil { // through the ring
+		t.Fatal(err)
+	}
 	start := time.Now()
-	if err := os.WriteFile(filepath.Join(conn, "abort"), []byte("1"), 0); err != nil {
+	if err := m.abortConn(); err != nil {
 		t.Fatal(err)
 	}
 	m.waitStopped(10 * time.Second)
@@ -601,4 +672,55 @@ func TestRegisterTooSmall(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("stat hung after the failed Start")
 	}
+}
+
+// TestConcurrentRequests reads the file from several goroutines at once,
+// so that requests arrive on every queue and workers Commit concurrently
+// while the Wait loops block; every read must return the file.
+func TestConcurrentRequests(t *testing.T) { forEachIssuer(t, testConcurrentRequests) }
+
+func testConcurrentRequests(t *testing.T, issuer Issuer) {
+	m := mountTest(t, serveWorkers, issuer)
+	const readers, rounds = 8, 50
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			for range rounds {
+				data, err := os.ReadFile(filepath.Join(m.dir, "x"))
+				if err == nil && !bytes.Equal(data, fileData) {
+					err = fmt.Errorf("read %d bytes, not the file's %d", len(data), len(fileData))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range readers {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(20 * time.Second):
+			m.hung("concurrent reads hung")
+		}
+	}
+	var perQueue []uint64
+	for _, q := range m.qs {
+		r, c := q.Stats()
+		perQueue = append(perQueue, r)
+		if c > r {
+			t.Errorf("queue %d committed %d of %d requests", q.Queue(), c, r)
+		}
+	}
+	m.mu.Lock()
+	reads := m.mu.ringOps[opRead]
+	m.mu.Unlock()
+	if reads < readers*rounds {
+		t.Errorf("%d READs through the rings for %d direct reads", reads, readers*rounds)
+	}
+	t.Logf("requests per queue: %v", perQueue)
 }
