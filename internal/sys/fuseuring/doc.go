@@ -20,6 +20,14 @@
 //	keep reading /dev/fuse: FORGET, BATCH_FORGET and INTERRUPT still come there
 //	unmount or abort; Wait returns ErrStopped; q.Close(); close(fd)
 //
+// A server that opens files on its own mount (its tests do) must first
+// make the kernel learn that it answers FUSE_POLL with ENOSYS, by one open
+// made alone, as go-fuse does at mount: Go's netpoller registers every
+// opened file with epoll_ctl, which on FUSE sends FUSE_POLL and waits in a
+// raw system call that keeps its P, and opens on every P at once leave no
+// P to run the goroutines that would answer. This is not specific to the
+// rings.
+//
 // # The kernel's rules
 //
 // Read from fs/fuse/dev_uring.c, fs/fuse/dev_uring_i.h and
