@@ -142,11 +142,19 @@
 //     wakes that thread from its futex sleep. Nothing spins, but every
 //     burst costs a goroutine wake-up and a system call.
 //
-// Measured on a loaded 2-core VM (BenchmarkGetattr, stat(2) of the root,
-// one GETATTR each, one request in flight): /dev/fuse 9 us; answered on
-// the Wait goroutine, SQPOLL 18-21 us, thread 36 us; answered by a worker
-// goroutine, 60-110 us and 87 us. One request at a time is the ring's worst
-// case: it adds a thread hop to each direction.
+// Measured on a 2-core VM shared with other work (load 7-15), with
+// BenchmarkGetattr: stat(2) of the root, one GETATTR each, one request in
+// flight, per request:
+//
+//	/dev/fuse, answered by its reader                 7-9 us
+//	SQPOLL, answered on the Wait goroutine           18-27 us
+//	SQPOLL, handed to worker goroutines              58-110 us
+//	thread, answered on the Wait goroutine           36-43 us
+//	thread, handed to worker goroutines              37-87 us
+//
+// One request at a time is the rings' worst case (a thread hop each way,
+// and on 2 CPUs the polling thread takes one); their case is many requests
+// on many CPUs, which these numbers do not cover.
 //
 // # Memory
 //
