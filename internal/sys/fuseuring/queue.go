@@ -400,8 +400,9 @@ func (q *Queue) issue() {
 }
 
 // register submits a REGISTER for every entry, followed by a NOP, and
-// reports a REGISTER the kernel refused. The polling thread issues the
-// SQEs in order and the kernel refuses a REGISTER inline, so its CQE is
+// reports a REGISTER the kernel refused. The issuer (polling thread or
+// issuer thread) issues the SQEs in order and the kernel refuses a
+// REGISTER inline (except EAGAIN, see Start), so its CQE is
 // posted no later than the NOP's; a REGISTER that succeeds completes only
 // when a request arrives, which may already have happened for the last
 // queue to register: such requests are kept for Wait.
@@ -445,8 +446,8 @@ func (q *Queue) register() error {
 
 // submit makes sure the published SQEs get issued: with IssueThread it
 // kicks the issuer; with IssueSQPoll it wakes the polling thread if it
-// sleeps, retrying while io_uring_enter reports a
-// transient shortage (EAGAIN, EBUSY; EINTR is retried by uring).
+// sleeps, retrying while io_uring_enter reports a transient shortage
+// (EAGAIN, EBUSY; EINTR is retried by uring).
 func (q *Queue) submit() error {
 	if q.kick != nil {
 		select {

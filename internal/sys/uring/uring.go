@@ -48,11 +48,18 @@
 // # Concurrency
 //
 // A Ring is not safe for concurrent use. The submission side (GetSQE,
-// Submit, SubmitAndWait, SQSpace) and the completion side (PeekCQE,
+// GetSQE128, Submit, SubmitAndWait, SQSpace) and the completion side (PeekCQE,
 // PeekBatch, CQAdvance, CQReady, WaitCQE) may each be driven by one
 // goroutine, and the two goroutines may differ, except on a ring created with
 // SetupSingleIssuer, where every io_uring_enter must come from the OS thread
 // that created the ring (lock it with runtime.LockOSThread).
+//
+// Enter, SubmitPublished and SQPollWakeup read no user-side submission
+// state and may run on any goroutine at any time. Where the kernel queues
+// completion work for "the submitting task" (task work: driver commands
+// such as FUSE's complete that way), it is the OS thread that ran the
+// io_uring_enter that issued the request, or the SQ polling thread on a
+// SetupSQPoll ring.
 //
 // # Errors
 //
