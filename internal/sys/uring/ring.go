@@ -29,7 +29,8 @@ type Ring struct {
 	sqDropped *uint32
 	sqMask    uint32
 	sqEntries uint32
-	sqes      []SQE
+	// sqeSize is SQESize, or SQE128Size on a SetupSQE128 ring.
+	sqeSize uint32
 	// sqeTail counts SQEs handed out by GetSQE. SQEs in
 	// [*sqTail, sqeTail) are filled but not yet published.
 	sqeTail uint32
@@ -94,7 +95,11 @@ func (r *Ring) mmap() error {
 			return errorf("mmap CQ ring", err)
 		}
 	}
-	r.sqeMem, err = unix.Mmap(r.fd, int64(offSQEs), int(p.SQEntries)*SQESize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	r.sqeSize = SQESize
+	if p.Flags&SetupSQE128 != 0 {
+		r.sqeSize = SQE128Size
+	}
+	r.sqeMem, err = unix.Mmap(r.fd, int64(offSQEs), int(p.SQEntries)*int(r.sqeSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return errorf("mmap SQEs", err)
 	}
@@ -105,7 +110,6 @@ func (r *Ring) mmap() error {
 	r.sqDropped = u32At(r.sqMem, p.SQOff.Dropped)
 	r.sqMask = *u32At(r.sqMem, p.SQOff.RingMask)
 	r.sqEntries = *u32At(r.sqMem, p.SQOff.RingEntries)
-	r.sqes = unsafe.Slice((*SQE)(unsafe.Pointer(&r.sqeMem[0])), r.sqEntries)
 	// The SQ array maps ring positions to SQE indices. Make it the
 	// identity once, so publishing an SQE is just a tail store.
 	array := unsafe.Slice(u32At(r.sqMem, p.SQOff.Array), r.sqEntries)
@@ -137,7 +141,7 @@ func (r *Ring) unmap() {
 	if r.sqMem != nil {
 		unix.Munmap(r.sqMem)
 	}
-	r.sqMem, r.cqMem, r.sqeMem, r.sqes, r.cqes = nil, nil, nil, nil, nil
+	r.sqMem, r.cqMem, r.sqeMem, r.cqes = nil, nil, nil, nil
 }
 
 // Close unmaps the ring and closes its file descriptor. The kernel cancels
@@ -179,16 +183,53 @@ func (r *Ring) CQOverflow() uint32 { return atomic.LoadUint32(r.cqOverflow) }
 // GetSQE returns the next free, zeroed SQE, or nil if the SQ is full (every
 // entry is filled and not yet consumed by the kernel: Submit, then retry).
 // The SQE is published to the kernel by the next Submit or SubmitAndWait.
+// On a SetupSQE128 ring it returns the first 64 bytes of a zeroed 128-byte
+// entry; GetSQE128 gives the whole entry.
 func (r *Ring) GetSQE() *SQE {
+	p := r.nextSQE()
+	if p == nil {
+		return nil
+	}
+	if r.sqeSize == SQE128Size {
+		sqe := (*SQE128)(p)
+		*sqe = SQE128{}
+		return &sqe.SQE
+	}
+	sqe := (*SQE)(p)
+	*sqe = SQE{}
+	return sqe
+}
+
+// GetSQE128 is GetSQE for a SetupSQE128 ring: it returns the next free,
+// zeroed 128-byte SQE, or nil if the SQ is full. It also returns nil on a
+// ring without SetupSQE128, whose entries have no room for a command area.
+func (r *Ring) GetSQE128() *SQE128 {
+	if r.sqeSize != SQE128Size {
+		return nil
+	}
+	p := r.nextSQE()
+	if p == nil {
+		return nil
+	}
+	sqe := (*SQE128)(p)
+	*sqe = SQE128{}
+	return sqe
+}
+
+// nextSQE hands out the next free SQE slot, or nil if the SQ is full.
+func (r *Ring) nextSQE() unsafe.Pointer {
 	head := atomic.LoadUint32(r.sqHead)
 	if r.sqeTail-head >= r.sqEntries {
 		return nil
 	}
-	sqe := &r.sqes[r.sqeTail&r.sqMask]
+	off := uintptr(r.sqeTail&r.sqMask) * uintptr(r.sqeSize)
 	r.sqeTail++
-	*sqe = SQE{}
-	return sqe
+	return unsafe.Pointer(&r.sqeMem[off])
 }
+
+// SQESize returns the size of the ring's SQEs: SQESize, or SQE128Size on a
+// SetupSQE128 ring.
+func (r *Ring) SQESize() int { return int(r.sqeSize) }
 
 // SQSpace returns how many more SQEs GetSQE can return before a Submit.
 func (r *Ring) SQSpace() uint32 {
@@ -269,6 +310,22 @@ func (r *Ring) SubmitPublished() (int, error) {
 	}
 	// The kernel submits min(toSubmit, published and unconsumed).
 	return enterRetry(r.fd, r.sqEntries, 0, 0)
+}
+
+// SQPollWakeup wakes the SQ polling thread of a SetupSQPoll ring if it
+// sleeps (SQNeedWakeup), so that it submits the published SQEs; otherwise
+// it makes no system call. Like Enter, it may run on any goroutine.
+func (r *Ring) SQPollWakeup() error {
+	if r.closed {
+		return ErrClosed
+	}
+	// The atomic load of the flags is ordered after the caller's atomic
+	// store of the SQ tail (Publish), as liburing's smp_mb orders them.
+	if atomic.LoadUint32(r.sqFlags)&SQNeedWakeup == 0 {
+		return nil
+	}
+	_, err := enterRetry(r.fd, 0, 0, EnterSQWakeup)
+	return err
 }
 
 // enterRetry calls io_uring_enter, retrying on EINTR: io_uring_enter

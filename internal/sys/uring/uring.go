@@ -1,7 +1,8 @@
 // Package uring is a small hand-written binding to Linux io_uring, built on
 // golang.org/x/sys/unix. It covers what sluice's direct device needs and
-// nothing more: ring setup and teardown, the four opcodes NOP, READ, WRITE and
-// FSYNC, submission, and completion reaping.
+// nothing more: ring setup and teardown, the opcodes NOP, READ, WRITE, FSYNC
+// and URING_CMD (a driver-defined command, used by FUSE over io_uring),
+// rings with 64- or 128-byte SQEs, submission, and completion reaping.
 //
 // # Model
 //
@@ -47,11 +48,18 @@
 // # Concurrency
 //
 // A Ring is not safe for concurrent use. The submission side (GetSQE,
-// Submit, SubmitAndWait, SQSpace) and the completion side (PeekCQE,
+// GetSQE128, Submit, SubmitAndWait, SQSpace) and the completion side (PeekCQE,
 // PeekBatch, CQAdvance, CQReady, WaitCQE) may each be driven by one
 // goroutine, and the two goroutines may differ, except on a ring created with
 // SetupSingleIssuer, where every io_uring_enter must come from the OS thread
 // that created the ring (lock it with runtime.LockOSThread).
+//
+// Enter, SubmitPublished and SQPollWakeup read no user-side submission
+// state and may run on any goroutine at any time. Where the kernel queues
+// completion work for "the submitting task" (task work: driver commands
+// such as FUSE's complete that way), it is the OS thread that ran the
+// io_uring_enter that issued the request, or the SQ polling thread on a
+// SetupSQPoll ring.
 //
 // # Errors
 //
@@ -78,6 +86,11 @@ const (
 	OpRead uint8 = 22
 	// OpWrite is pwrite(2) from a single buffer.
 	OpWrite uint8 = 23
+	// OpURingCmd (IORING_OP_URING_CMD) passes a driver-defined command to
+	// the file's uring_cmd handler: the command number in the low 32 bits
+	// of the off union (cmd_op), the driver's arguments in the SQE's
+	// command area (SQE128.Cmd) and addr/len as the driver defines them.
+	OpURingCmd uint8 = 46
 )
 
 // FsyncDatasync (IORING_FSYNC_DATASYNC) in SQE.OpFlags of an OpFsync makes
@@ -100,14 +113,25 @@ const (
 const (
 	// SetupIOPoll busy-polls for completions (polled block devices only).
 	SetupIOPoll uint32 = 1 << 0
-	// SetupSQPoll makes a kernel thread poll the SQ.
+	// SetupSQPoll makes a kernel thread poll the SQ and issue the
+	// requests: Params.SQThreadIdle is how many milliseconds it keeps
+	// polling after the last SQE before it sleeps (SQNeedWakeup; wake it
+	// with SQPollWakeup). Requests are issued by that thread, so work the
+	// kernel queues for "the submitting task" runs there.
 	SetupSQPoll uint32 = 1 << 1
 	// SetupCQSize takes the CQ size from Params.CQEntries.
 	SetupCQSize uint32 = 1 << 3
 	// SetupClamp clamps too-large entry counts instead of failing.
 	SetupClamp uint32 = 1 << 4
+	// SetupAttachWQ shares the async backend, and with SetupSQPoll the SQ
+	// polling thread, of the ring whose fd is Params.WQFd.
+	SetupAttachWQ uint32 = 1 << 5
 	// SetupSubmitAll keeps submitting the batch after an SQE fails.
 	SetupSubmitAll uint32 = 1 << 7
+	// SetupSQE128 makes every SQE 128 bytes: the 64-byte SQE followed by
+	// 64 more bytes, so that the command area that starts at byte 48 is
+	// 80 bytes long (Linux 5.19). Use GetSQE128 on such a ring.
+	SetupSQE128 uint32 = 1 << 10
 	// SetupCoopTaskrun runs completion task work only when the task enters
 	// the kernel anyway, instead of interrupting it (Linux 5.19).
 	SetupCoopTaskrun uint32 = 1 << 8
@@ -143,6 +167,8 @@ const (
 	// EnterGetEvents waits for minComplete completions (and, on a
 	// SetupDeferTaskrun ring, runs pending completion work).
 	EnterGetEvents uint32 = 1 << 0
+	// EnterSQWakeup wakes a sleeping SQ polling thread.
+	EnterSQWakeup uint32 = 1 << 1
 )
 
 // SQ ring flags (IORING_SQ_*), returned by SQFlags.
@@ -249,11 +275,31 @@ type Params struct {
 	CQOff        CQRingOffsets
 }
 
+// SQE128 is one entry of a SetupSQE128 ring: the ordinary SQE and 64 more
+// bytes. Bytes 48 to 127 (addr3 onwards) are the command area of an
+// OpURingCmd, returned by Cmd.
+type SQE128 struct {
+	SQE
+	_ [SQE128Size - SQESize]byte
+}
+
+// Cmd returns the 80-byte command area (the cmd[] member of struct
+// io_uring_sqe, at byte 48) of s. It aliases s: GetSQE128 zeroes it, the
+// caller fills it before submitting.
+func (s *SQE128) Cmd() []byte {
+	b := (*[SQE128Size]byte)(unsafe.Pointer(s))
+	return b[SQECmdOffset:SQE128Size:SQE128Size]
+}
+
 // Sizes the kernel ABI fixes; checked by the tests and at compile time.
 const (
 	SQESize    = 64
-	CQESize    = 16
-	ParamsSize = 120
+	SQE128Size = 128
+	// SQECmdOffset is the offset of the command area in an SQE; it is
+	// SQE128Size-SQECmdOffset = 80 bytes long in a SQE128.
+	SQECmdOffset = 48
+	CQESize      = 16
+	ParamsSize   = 120
 )
 
 // Compile-time layout checks: each array has a negative length, and the
@@ -261,6 +307,8 @@ const (
 var (
 	_ [SQESize - unsafe.Sizeof(SQE{})]byte
 	_ [unsafe.Sizeof(SQE{}) - SQESize]byte
+	_ [SQE128Size - unsafe.Sizeof(SQE128{})]byte
+	_ [unsafe.Sizeof(SQE128{}) - SQE128Size]byte
 	_ [CQESize - unsafe.Sizeof(CQE{})]byte
 	_ [unsafe.Sizeof(CQE{}) - CQESize]byte
 	_ [ParamsSize - unsafe.Sizeof(Params{})]byte
@@ -302,6 +350,22 @@ func (s *SQE) PrepFsync(fd int, flags uint32) {
 	s.Opcode = OpFsync
 	s.Fd = int32(fd)
 	s.OpFlags = flags
+}
+
+// PrepURingCmd makes s an OpURingCmd: command cmdOp for the driver behind
+// fd, with addr and length as the driver defines them (nil and 0 when
+// unused). The driver's arguments go in the command area, which needs a
+// SetupSQE128 ring (see SQE128.Cmd). addr must point to memory that stays
+// put until the driver has read it (the kernel reads it during submission
+// for FUSE's REGISTER; mmap'd memory is simplest).
+func (s *SQE) PrepURingCmd(fd int, cmdOp uint32, addr unsafe.Pointer, length uint32) {
+	s.Opcode = OpURingCmd
+	s.Fd = int32(fd)
+	// cmd_op is the first 32-bit member of the off union.
+	s.Off = 0
+	*(*uint32)(unsafe.Pointer(&s.Off)) = cmdOp
+	s.Addr = uint64(uintptr(addr))
+	s.Len = length
 }
 
 // setup is io_uring_setup(2).

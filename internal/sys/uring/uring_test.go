@@ -39,6 +39,7 @@ func TestLayout(t *testing.T) {
 		got, want uintptr
 	}{
 		{"io_uring_sqe", unsafe.Sizeof(SQE{}), 64},
+		{"io_uring_sqe (SQE128)", unsafe.Sizeof(SQE128{}), 128},
 		{"io_uring_cqe", unsafe.Sizeof(CQE{}), 16},
 		{"io_uring_params", unsafe.Sizeof(Params{}), 120},
 		{"io_sqring_offsets", unsafe.Sizeof(SQRingOffsets{}), 40},
@@ -67,6 +68,7 @@ func TestLayout(t *testing.T) {
 		{"sqe.personality", unsafe.Offsetof(sqe.Personality), 42},
 		{"sqe.splice_fd_in", unsafe.Offsetof(sqe.SpliceFdIn), 44},
 		{"sqe.addr3", unsafe.Offsetof(sqe.Addr3), 48},
+		{"sqe.cmd", SQECmdOffset, 48},
 		{"cqe.res", unsafe.Offsetof(cqe.Res), 8},
 		{"cqe.flags", unsafe.Offsetof(cqe.Flags), 12},
 		{"params.features", unsafe.Offsetof(p.Features), 20},
@@ -120,6 +122,7 @@ func TestConstantsMatchHeader(t *testing.T) {
 	for name, want := range map[string]uint8{
 		"IORING_OP_NOP": OpNop, "IORING_OP_FSYNC": OpFsync,
 		"IORING_OP_READ": OpRead, "IORING_OP_WRITE": OpWrite,
+		"IORING_OP_URING_CMD": OpURingCmd,
 	} {
 		if got, ok := ops[name]; !ok || got != int(want) {
 			t.Errorf("%s = %d (found %v) in header, %d here", name, got, ok, want)
@@ -130,6 +133,11 @@ func TestConstantsMatchHeader(t *testing.T) {
 		"IORING_FSYNC_DATASYNC":      FsyncDatasync,
 		"IORING_SETUP_CQSIZE":        SetupCQSize,
 		"IORING_SETUP_CLAMP":         SetupClamp,
+		"IORING_SETUP_SQE128":        SetupSQE128,
+		"IORING_SETUP_SQPOLL":        SetupSQPoll,
+		"IORING_SETUP_ATTACH_WQ":     SetupAttachWQ,
+		"IORING_ENTER_SQ_WAKEUP":     EnterSQWakeup,
+		"IORING_SQ_NEED_WAKEUP":      SQNeedWakeup,
 		"IORING_SETUP_SUBMIT_ALL":    SetupSubmitAll,
 		"IORING_SETUP_COOP_TASKRUN":  SetupCoopTaskrun,
 		"IORING_SETUP_TASKRUN_FLAG":  SetupTaskrunFlag,
@@ -495,4 +503,107 @@ func TestSingleIssuerDeferTaskrun(t *testing.T) {
 		t.Fatalf("cqe %+v, %v", cqe, err)
 	}
 	r.CQAdvance(1)
+}
+
+func TestSQE128Cmd(t *testing.T) {
+	var s SQE128
+	cmd := s.Cmd()
+	if len(cmd) != 80 || cap(cmd) != 80 {
+		t.Fatalf("len/cap(Cmd()) = %d/%d, want 80/80", len(cmd), cap(cmd))
+	}
+	if uintptr(unsafe.Pointer(&cmd[0]))-uintptr(unsafe.Pointer(&s)) != 48 {
+		t.Fatal("Cmd() does not start at byte 48")
+	}
+	// The command area overlays addr3.
+	cmd[0] = 0xAB
+	if s.Addr3 != 0xAB {
+		t.Errorf("Addr3 = %#x after cmd[0] = 0xab", s.Addr3)
+	}
+	s.PrepURingCmd(7, 0x12345678, unsafe.Pointer(&s), 2)
+	if s.Opcode != OpURingCmd || s.Fd != 7 || s.Len != 2 || s.Addr != uint64(uintptr(unsafe.Pointer(&s))) {
+		t.Errorf("PrepURingCmd: %+v", s.SQE)
+	}
+	// cmd_op is the first u32 of the off union.
+	if got := *(*uint32)(unsafe.Pointer(&s.Off)); got != 0x12345678 {
+		t.Errorf("cmd_op = %#x", got)
+	}
+}
+
+// TestSQE128Ring checks that a SetupSQE128 ring hands out 128-byte slots,
+// zeroes the whole slot (command area included) and that requests in
+// every slot complete, across several wraps of the SQ.
+func TestSQE128Ring(t *testing.T) {
+	r := newRing(t, 4, &Params{Flags: SetupSQE128})
+	if r.SQESize() != SQE128Size {
+		t.Fatalf("SQESize = %d", r.SQESize())
+	}
+	var prev uintptr
+	for i := range 12 {
+		sqe := r.GetSQE128()
+		if sqe == nil {
+			t.Fatal("GetSQE128 = nil with nothing in flight")
+		}
+		p := uintptr(unsafe.Pointer(sqe))
+		if i%4 != 0 && p-prev != SQE128Size {
+			t.Fatalf("slot %d is %d bytes after the previous", i, p-prev)
+		}
+		prev = p
+		for j, b := range sqe.Cmd() {
+			if b != 0 {
+				t.Fatalf("slot %d: cmd[%d] = %d, not zeroed", i, j, b)
+			}
+		}
+		// Dirty the command area; the next round must zero it again.
+		for j := range sqe.Cmd() {
+			sqe.Cmd()[j] = 0xFF
+		}
+		sqe.PrepNop()
+		sqe.UserData = uint64(i)
+		cqe, err := r.WaitCQE()
+		if err != nil || cqe.UserData != uint64(i) || cqe.Res != 0 {
+			t.Fatalf("nop %d: %+v %v", i, cqe, err)
+		}
+		r.CQAdvance(1)
+	}
+	// GetSQE on the same ring also strides by 128 and zeroes the tail.
+	sqe := r.GetSQE()
+	if tail := (*SQE128)(unsafe.Pointer(sqe)).Cmd(); tail[79] != 0 {
+		t.Error("GetSQE left the upper half of a 128-byte SQE dirty")
+	}
+	sqe.PrepNop()
+	if _, err := r.WaitCQE(); err != nil {
+		t.Fatal(err)
+	}
+	r.CQAdvance(1)
+	if newRing(t, 4, nil).GetSQE128() != nil {
+		t.Error("GetSQE128 on a 64-byte ring returned an entry")
+	}
+}
+
+// TestSQPoll runs NOPs through two rings that share one SQ polling
+// thread, across the thread's sleeps: Publish and SQPollWakeup, with no
+// io_uring_enter to submit.
+func TestSQPoll(t *testing.T) {
+	a := newRing(t, 4, &Params{Flags: SetupSQPoll | SetupSQE128, SQThreadIdle: 1})
+	b := newRing(t, 4, &Params{Flags: SetupSQPoll | SetupSQE128 | SetupAttachWQ, SQThreadIdle: 1, WQFd: uint32(a.Fd())})
+	for i := range 6 {
+		for _, r := range []*Ring{a, b} {
+			r.GetSQE128().UserData = uint64(i) // zeroed: a NOP
+			r.Publish()
+			if err := r.SQPollWakeup(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Enter(0, 1); err != nil {
+				t.Fatal(err)
+			}
+			cqe := r.PeekCQE()
+			if cqe == nil || cqe.UserData != uint64(i) || cqe.Res != 0 {
+				t.Fatalf("round %d: cqe %+v", i, cqe)
+			}
+			r.CQAdvance(1)
+		}
+		if i%2 == 1 {
+			time.Sleep(20 * time.Millisecond) // let the thread go to sleep
+		}
+	}
 }
