@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"github.com/sluicefs/sluice/fuseserver"
+
 	"bytes"
 	"log"
 	"os"
@@ -103,6 +105,12 @@ func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 		t.Fatal(err)
 	}
 	fo := o.fuse
+	if tr := os.Getenv("SLUICE_FUSE_TRANSPORT"); tr != "" && fo.Transport == fuseserver.TransportAuto {
+		// CI runs the suite once per transport.
+		if fo.Transport, err = fuseserver.ParseTransport(tr); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if fo.Logger == nil {
 		fo.Logger = log.New(e.logs, "", 0)
 	}

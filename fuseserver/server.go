@@ -11,6 +11,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice/internal/sys/fuseuring"
 )
 
 // FileSystem is what a Server serves: go-fuse's raw operations (the wire
@@ -87,6 +89,9 @@ type Config struct {
 	// URingDepth is the number of ring entries per kernel queue (one
 	// queue per possible CPU); each holds a MaxWrite payload buffer.
 	URingDepth int
+	// URingIssuer chooses the thread that issues ring commands (see
+	// fuseuring.Issuer): the kernel's SQ polling thread by default.
+	URingIssuer fuseuring.Issuer
 	// MaxReaders bounds the goroutines reading /dev/fuse; they are
 	// started as the load needs them.
 	MaxReaders int
@@ -186,21 +191,28 @@ func Mount(fs FileSystem, dir string, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("mounting on %s: %w", dir, err)
 	}
 	s.transport = TransportDevFuse
+	if offer && s.init.flags&capOverIOURing == 0 {
+		if cfg.Transport == TransportURing {
+			s.abort()
+			unix.Close(fd)
+			return nil, fmt.Errorf("mounting on %s: the kernel did not offer FUSE over io_uring in INIT", dir)
+		}
+		s.why = "/dev/fuse: the kernel did not offer io_uring in INIT"
+	}
 	if s.init.flags&capOverIOURing != 0 {
 		u, err := startURing(s)
-		if err != nil {
-			if cfg.Transport == TransportURing {
-				s.abort()
-				s.dev.start()
-				<-s.done
-				return nil, fmt.Errorf("mounting on %s: FUSE over io_uring: %w", dir, err)
-			}
-			// The kernel keeps using /dev/fuse until every queue has
-			// a ring entry, so the mount still works.
-			s.why = fmt.Sprintf("io_uring offered but registering the rings failed (%v)", err)
-		} else {
+		switch {
+		case err == nil:
 			s.uring = u
 			s.transport = TransportURing
+		case cfg.Transport == TransportURing:
+			s.abort()
+			unix.Close(fd)
+			return nil, fmt.Errorf("mounting on %s: FUSE over io_uring: %w", dir, err)
+		default:
+			// The kernel falls back to /dev/fuse when a queue cannot
+			// register, so the mount still works.
+			s.why = fmt.Sprintf("/dev/fuse: io_uring was offered but registering the rings failed (%v)", err)
 		}
 	}
 	s.dev.start()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/fusefs"
+	"github.com/sluicefs/sluice/fuseserver"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -62,20 +63,22 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 	fl.BoolVar(&f.writeback, "writeback-cache", false, "with --cache kernel: let the kernel cache writes (CAP_WRITEBACK_CACHE)")
 	fl.BoolVar(&f.strictDIO, "strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
 	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
+	fl.StringVar(&f.transport, "transport", "auto", "how FUSE requests travel, the `TRANSPORT`: auto (io_uring when the kernel offers it), uring or devfuse")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
 	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "classic"))
 	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
+	cmd.RegisterFlagCompletionFunc("transport", completeWords("auto", "uring", "devfuse"))
 	cmd.RegisterFlagCompletionFunc("options", completeWords("allow_other", "ro", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "noatime"))
 	return cmd
 }
 
 // mountFlags are the flags of mount.
 type mountFlags struct {
-	policy, cacheSize, metrics, size, cache string
-	opts                                    optList
-	debug, writeback, strictDIO             bool
-	maxBackground                           int
-	grace                                   time.Duration
+	policy, cacheSize, metrics, size, cache, transport string
+	opts                                               optList
+	debug, writeback, strictDIO                        bool
+	maxBackground                                      int
+	grace                                              time.Duration
 }
 
 // DefaultVolumeSize is the size of the sparse data image that `sluice
@@ -150,7 +153,13 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	if err != nil {
 		return volumeOpenError(volDir, err)
 	}
+	transport, err := fuseserver.ParseTransport(f.transport)
+	if err != nil {
+		eng.Close()
+		return &usageError{"--transport: " + err.Error()}
+	}
 	fopts := &fusefs.Options{
+		Transport:      transport,
 		Cache:          mode,
 		WritebackCache: f.writeback,
 		StrictDirectIO: f.strictDIO,
@@ -176,6 +185,8 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 		eng.Close()
 		return err
 	}
+	tr, why := srv.Transport()
+	fmt.Fprintf(os.Stderr, "sluice: FUSE transport %s: %s\n", tr, why)
 	o := eng.Options()
 	fmt.Fprintf(stdout, "mounted %s on %s (policy %s, cache %s, page cache %d MiB); stop with Ctrl-C or: sluice umount %s\n",
 		volDir, mnt, o.Policy, mode, o.CacheSizeBytes>>20, mnt)
