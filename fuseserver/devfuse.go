@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -71,7 +72,9 @@ func (d *devFuse) newReader() (*devReader, error) {
 func (rd *devReader) free() { _ = unix.Munmap(rd.mem) }
 
 // read reads one request. It returns errStopped once the connection has
-// ended.
+// ended; it retries every other error (logging the unexpected ones, at
+// most once a second): a reader that gave up could leave the mount with
+// nobody reading it.
 func (rd *devReader) read() (int, error) {
 	for {
 		n, err := unix.Read(rd.d.s.fd, rd.rbuf)
@@ -85,7 +88,8 @@ func (rd *devReader) read() (int, error) {
 		case errors.Is(err, unix.ENODEV):
 			return 0, errStopped
 		default:
-			return 0, fmt.Errorf("reading /dev/fuse: %w", err)
+			rd.d.s.logEvery(fmt.Sprintf("fuseserver: reading /dev/fuse: %v", err))
+			time.Sleep(time.Millisecond)
 		}
 	}
 }
@@ -163,9 +167,6 @@ func (d *devFuse) loop() {
 			d.spawn() // every other reader is busy
 		}
 		if err != nil {
-			if !errors.Is(err, errStopped) {
-				d.s.logger.Printf("fuseserver: %v", err)
-			}
 			d.ended.Store(true)
 			return
 		}

@@ -3,7 +3,9 @@ package fuseserver
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -71,8 +73,14 @@ func (s *Server) probePoll() error {
 		return fmt.Errorf("poll probe: %w", err)
 	}
 	defer unix.Close(ep)
-	// epoll_ctl fails with EPERM once the kernel has been told: that is
-	// the point.
-	_ = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN})
+	// Not unix.EpollCtl: it is a raw system call, which keeps this
+	// goroutine's scheduler slot while the kernel waits for the POLL
+	// answer, and a garbage collection stopping the world would then wait
+	// for that slot while the answer waits for the collection: the very
+	// deadlock the probe is there to prevent. Whatever epoll_ctl returns,
+	// the kernel has had its answer.
+	ev := unix.EpollEvent{Events: unix.EPOLLIN}
+	_, _, _ = unix.Syscall6(unix.SYS_EPOLL_CTL, uintptr(ep), unix.EPOLL_CTL_ADD, uintptr(fd), uintptr(unsafe.Pointer(&ev)), 0, 0)
+	runtime.KeepAlive(&ev)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -140,6 +141,7 @@ type Server struct {
 	slotsMu sync.Mutex
 	slots   []*slot
 
+	lastLog                    atomic.Int64 // unix nanoseconds of logEvery's last line
 	devRequests, uringRequests atomic.Uint64
 	interrupts, matched        atomic.Uint64
 
@@ -366,6 +368,15 @@ func (s *Server) call(r *request, h *handler) {
 		}
 	}()
 	h.serve(s, r)
+}
+
+// logEvery logs msg unless something was logged less than a second ago.
+func (s *Server) logEvery(msg string) {
+	now := time.Now().UnixNano()
+	if last := s.lastLog.Load(); now-last < int64(time.Second) || !s.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	s.logger.Print(msg)
 }
 
 // errStopped reports that the connection has ended.

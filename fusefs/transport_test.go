@@ -1,0 +1,136 @@
+package fusefs
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice/device/faultdev"
+	"github.com/sluicefs/sluice/fuseserver"
+	"github.com/sluicefs/sluice/internal/sys/fuseuring"
+)
+
+// transports are the FUSE transports this kernel can run: /dev/fuse
+// always, io_uring where the kernel has it.
+func transports(t *testing.T) []fuseserver.Transport {
+	ts := []fuseserver.Transport{fuseserver.TransportDevFuse}
+	if err := fuseuring.Supported(); err != nil {
+		t.Logf("io_uring transport not tested: %v", err)
+	} else if os.Geteuid() == 0 {
+		ts = append(ts, fuseserver.TransportURing)
+	}
+	return ts
+}
+
+// TestRequestsTravelOverURing checks that with the io_uring transport the
+// requests of a load arrive as ring completions, not on /dev/fuse.
+func TestRequestsTravelOverURing(t *testing.T) {
+	if err := fuseuring.Supported(); err != nil || os.Geteuid() != 0 {
+		t.Skipf("FUSE over io_uring needs root and a kernel with it (%v)", err)
+	}
+	e := newMountEnv(t, envOpts{fuse: Options{Transport: fuseserver.TransportURing}})
+	if tr, why := e.srv.Transport(); tr != fuseserver.TransportURing {
+		t.Fatalf("transport %v (%s), want uring", tr, why)
+	}
+	fd, err := syscall.Open(e.path("f"), syscall.O_CREAT|syscall.O_RDWR|syscall.O_DIRECT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	before := e.srv.Stats()
+	b := alignedBuf(4096)
+	const n = 500
+	for i := range n {
+		if _, err := syscall.Pwrite(fd, b, int64(i%64)*4096); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := syscall.Pread(fd, b, int64(i%64)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := e.srv.Stats()
+	ring := after.URingRequests - before.URingRequests
+	dev := after.DevFuseRequests - before.DevFuseRequests
+	t.Logf("%d requests on io_uring, %d on /dev/fuse", ring, dev)
+	if ring < 2*n {
+		t.Errorf("%d requests on io_uring for %d writes and reads", ring, 2*n)
+	}
+	if dev > 5 {
+		t.Errorf("%d requests on /dev/fuse under io_uring (only FORGET and INTERRUPT belong there)", dev)
+	}
+}
+
+// TestInterruptReachesBlockedRequest blocks a WRITE at the device (a
+// faultdev gate), signals the writing thread, and checks that the kernel's
+// INTERRUPT (which travels on /dev/fuse even under io_uring) finds the
+// request being served; the write then completes once the gate opens.
+func TestInterruptReachesBlockedRequest(t *testing.T) {
+	for _, tr := range transports(t) {
+		t.Run(tr.String(), func(t *testing.T) {
+			e := newMountEnv(t, envOpts{fuse: Options{Transport: tr}})
+			fd, err := syscall.Open(e.path("f"), syscall.O_CREAT|syscall.O_RDWR, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Close(fd)
+			gate := e.fault.NewGate(faultdev.Writes)
+			defer gate.Remove()
+			tid := make(chan int, 1)
+			done := make(chan error, 1)
+			go func() {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				tid <- unix.Gettid()
+				_, err := syscall.Pwrite(fd, pattern(4096, 7), 0)
+				done <- err
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := gate.WaitHeld(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			// SIGURG is the signal the Go runtime ignores; the kernel
+			// still sees a pending signal and sends INTERRUPT.
+			th := <-tid
+			for e.srv.Stats().InterruptsMatched == 0 {
+				if ctx.Err() != nil {
+					t.Fatalf("no INTERRUPT matched its request: %+v", e.srv.Stats())
+				}
+				_ = unix.Tgkill(os.Getpid(), th, unix.SIGURG)
+				time.Sleep(10 * time.Millisecond)
+			}
+			gate.Open()
+			if err := <-done; err != nil && err != syscall.EINTR {
+				t.Fatalf("interrupted write: %v", err)
+			}
+			t.Logf("%+v", e.srv.Stats())
+		})
+	}
+}
+
+// TestSyncfsReachesDaemon records whether the kernel forwards syncfs(2) to
+// the server. Linux sends FUSE_SYNCFS only to servers it marks sync_fs
+// (virtiofs); on other kernels the test checks that it reaches SyncFS.
+func TestSyncfsReachesDaemon(t *testing.T) {
+	m := NewMetrics()
+	e := newMountEnv(t, envOpts{fuse: Options{Metrics: m}})
+	if err := os.WriteFile(e.path("f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(e.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Syncfs(fd); err != nil {
+		t.Fatalf("syncfs: %v", err)
+	}
+	if n := m.ops[opSyncfs].count.Load(); n == 0 {
+		t.Skip("this kernel does not forward syncfs(2) to FUSE servers (fc->sync_fs is set only for virtiofs); fsync and fsync of a directory are the durable paths")
+	}
+}
