@@ -1,6 +1,7 @@
 // Package fusefs serves a sluice file system to any program through FUSE:
-// the go-fuse adapter, and nothing else. `sluice mount` (cmd/sluice) is its
-// command-line face.
+// the operations that turn FUSE requests into engine calls and the mount
+// around them, and nothing else (package fuseserver carries the requests).
+// `sluice mount` (cmd/sluice) is its command-line face.
 //
 //	eng, _ := sluice.Open("/var/lib/vol", nil)
 //	srv, err := fusefs.Mount(eng, "/mnt/vol", &fusefs.Options{Metrics: fusefs.NewMetrics()})
@@ -10,24 +11,36 @@
 //
 // # Design
 //
-// FS implements go-fuse's raw API (fuse.RawFileSystem) directly, not the
-// fs package's inode tree: the kernel's node IDs are the engine's inode
-// numbers (FUSE_ROOT_ID is sluice.RootIno), so there is no second tree of
-// inodes in memory and no table from one to the other, and every request
+// FS implements the raw operations that fuseserver dispatches (go-fuse's
+// fuse.RawFileSystem, whose wire types fuseserver keeps, plus SyncFS), not
+// an inode tree: the kernel's node IDs are the engine's inode numbers
+// (FUSE_ROOT_ID is sluice.RootIno), so there is no second tree of inodes
+// in memory and no table from one to the other, and every request
 // is one engine call by inode number (Lookup, Getattr, Setattr, CreateIno,
 // OpenIno, RenameIno, ...). FORGET is a no-op: the engine keeps an inode
 // while it is linked or open, and the kernel's lookup counts matter to
 // nothing in sluice. File handles are a table of engine *sluice.File.
 // Errors become errnos in exactly one function (toStatus); a handler that
-// panics answers EIO and logs its stack (go-fuse recovers, our
-// PanicHandler logs and counts), and the mount keeps serving.
+// panics answers EIO and logs its stack (fuseserver recovers and calls
+// FS's panic handler, which logs and counts), and the mount keeps serving.
 //
-// Mount options: DirectMount (mount(2) without fusermount3) as root,
-// fusermount3 otherwise; max_write 1 MiB; MaxBackground 128 (background
-// requests carry readahead, writeback and, with CAP_ASYNC_DIO, every
-// libaio/io_uring O_DIRECT request, so go-fuse's default of 12 caps a QD32
-// benchmark at 12); parallel dirops; default_permissions always (the
-// kernel checks permissions against the mode and owner sluice reports).
+// Mount options: mount(2) as root, fusermount3 otherwise; max_write 1 MiB;
+// MaxBackground 128 (background requests carry readahead, writeback and,
+// with CAP_ASYNC_DIO, every libaio/io_uring O_DIRECT request, so the
+// kernel's default of 12 caps a QD32 benchmark at 12); parallel dirops;
+// default_permissions always (the kernel checks permissions against the
+// mode and owner sluice reports).
+//
+// # Transport
+//
+// Options.Transport chooses how requests travel: io_uring when the kernel
+// offers it (TransportAuto, the default), TransportURing (the mount fails
+// without it) or TransportDevFuse; Options.URingDepth sets the ring
+// entries per kernel queue. As root the daemon turns the kernel's
+// enable_uring switch on itself. Server.Transport says which transport is
+// in use and why (`sluice mount --transport` prints it on stderr);
+// Server.Stats counts requests per transport. fuseserver's package doc
+// has the design and the table of INIT flags.
 //
 // # Who may use a mount
 //
@@ -50,14 +63,16 @@
 // root asks for suid or dev. Options.MountOptions lists what is taken; an
 // option the kernel or fusermount3 would refuse or ignore is refused by
 // Mount with the reason.
-// Extra capabilities: ASYNC_DIO, HANDLE_KILLPRIV_V2 (the engine strips
-// set-user-ID and capabilities on write, so the kernel stops asking for
-// security.capability before each write), ATOMIC_O_TRUNC,
-// DIRECT_IO_ALLOW_MMAP, CACHE_SYMLINKS. Passthrough is disabled: sluice's
-// files are extents on a device, not host files. Splice is disabled: READ
-// replies are in memory, and go-fuse's splice path costs three system calls
-// more per READ than a writev (measured: 4 KiB O_DIRECT randread QD32 went
-// from 23.5k to 34.9k IOPS, 23 to 15 us of daemon CPU per I/O).
+// Capabilities asked for on top of fuseserver's base set (its package doc
+// tables every flag and why): ASYNC_DIO, HANDLE_KILLPRIV_V2 (the engine
+// strips set-user-ID and capabilities on write, so the kernel stops asking
+// for security.capability before each write), DIRECT_IO_ALLOW_MMAP,
+// CACHE_SYMLINKS, and WRITEBACK_CACHE with Options.WritebackCache.
+// Passthrough is not asked for: sluice's files are extents on a device,
+// not host files. Nothing is spliced: READ replies are built in memory
+// (splicing, measured on go-fuse's splice path, cost three system calls
+// more per READ than a writev: 4 KiB O_DIRECT randread QD32 went from
+// 23.5k to 34.9k IOPS without it, 23 to 15 us of daemon CPU per I/O).
 //
 // POSIX, OFD and flock locks are left to the kernel (the lock capabilities
 // are not negotiated): fs/locks.c implements them exactly, and a volume is
@@ -73,9 +88,11 @@
 // concurrently under a shared inode lock and sluice's own I/O lock decides;
 // under --policy classic it takes the inode lock exclusive and sends them
 // one at a time. The engine file is opened O_DIRECT, so the data never
-// enters a cache. go-fuse places a WRITE's payload at a 4 KiB boundary, and
-// READ replies go straight from the engine into go-fuse's reply buffer:
-// aligned direct I/O is copied once, between the kernel and the daemon.
+// enters a cache. fuseserver places a WRITE's payload at a page boundary
+// (in its /dev/fuse reader's buffer or the io_uring entry's payload), and
+// READ replies go straight from the engine into the buffer the reply is
+// sent from: aligned direct I/O is copied once, between the kernel and the
+// daemon.
 //
 // The kernel lets O_DIRECT I/O at any offset and length through FUSE, and
 // FUSE applications rely on it (go-fuse's posixtest writes 12 KiB from a
@@ -134,8 +151,13 @@
 // source's holes holes in the destination; it is a byte copy, not a
 // reflink (the engine has no shared extents). Statx (STATX) answers
 // GetAttr's attributes in statx form, without a birth time, which sluice
-// does not keep. go-fuse v2.12.1 dispatches COPY_FILE_RANGE and STATX to
-// FS, not SYNCFS.
+// does not keep.
+//
+// Linux (6.18 here) sends SYNCFS only to servers it marks sync_fs
+// (virtiofs), so on a /dev/fuse or io_uring mount syncfs(2) and sync(1)
+// never reach the daemon (TestSyncfsReachesDaemon skips, saying so):
+// fsync(2) of a file and of a directory (FSYNCDIR) are the durable paths.
+// SyncFS is there for a kernel that sends it.
 //
 // # Shutdown and stale mounts
 //
@@ -148,8 +170,8 @@
 //
 // # Concurrency
 //
-// Every FS method may run on many goroutines at once (go-fuse runs each
-// request on its own goroutine). The handle table takes a read lock per
+// Every FS method may run on many goroutines at once (fuseserver's
+// /dev/fuse readers and io_uring entry goroutines). The handle table takes a read lock per
 // request; a handle's companion file and directory listing are guarded by
 // the handle's mutex. Locking of the data and the namespace is the
 // engine's.
