@@ -147,8 +147,8 @@
 //	CAP_BIG_WRITES            base       WRITEs of more than one page, up to max_write (1 MiB)
 //	CAP_FILE_OPS              base       asked for as libfuse and go-fuse do; the kernel does nothing
 //	                                     with it (fuse.h: "not yet supported")
-//	CAP_ATOMIC_O_TRUNC        base       open(O_TRUNC) is one OPEN with O_TRUNC, which the engine does
-//	                                     in one transaction, not an OPEN then a SETATTR of size 0
+//	CAP_ATOMIC_O_TRUNC        base       open(O_TRUNC) is one OPEN with O_TRUNC, truncated by the
+//	                                     engine's open, not an OPEN then a SETATTR of size 0
 //	CAP_AUTO_INVAL_DATA       base       the kernel drops a file's cached pages when GETATTR shows its
 //	                                     mtime or size changed; sluice sends no invalidations itself
 //	CAP_READDIRPLUS           base       READDIRPLUS returns each entry with its attributes, saving a
@@ -192,9 +192,9 @@
 //	                                     were stat'ed, trading the engine's Getattr per entry for a
 //	                                     LOOKUP round trip per name when they are
 //
-// Every other flag serves something sluice does not have (NFS export,
-// DAX, submounts, idmapped mounts, security contexts, POSIX ACLs, request
-// timeouts) and is not asked for.
+// No other flag is asked for: none is needed by what sluice serves (most
+// are for NFS export, DAX, submounts, idmapped mounts, security contexts,
+// POSIX ACLs or request timeouts).
 //
 // # Concurrency
 //
