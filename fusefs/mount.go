@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/fuseserver"
+	"github.com/sluicefs/sluice/internal/sys/fuseuring"
 	"github.com/sluicefs/sluice/internal/sys/mountinfo"
 )
 
@@ -157,6 +158,9 @@ func (fs *FS) serverConfig(euid int) (fuseserver.Config, error) {
 	}
 	if o.WritebackCache {
 		cfg.Capabilities |= fuse.CAP_WRITEBACK_CACHE
+	}
+	if o.URingThreadIssuer {
+		cfg.URingIssuer = fuseuring.IssueThread
 	}
 	return cfg, nil
 }

@@ -177,6 +177,10 @@ type Options struct {
 	// URingDepth is the number of io_uring entries per kernel queue (one
 	// queue per possible CPU). The default value is DefaultURingDepth.
 	URingDepth int
+	// URingThreadIssuer issues io_uring commands from one OS thread per
+	// queue instead of the kernel's SQ polling thread (which spins on a
+	// CPU while requests keep coming). The default value is false.
+	URingThreadIssuer bool
 	// Debug logs every FUSE request and reply. The default value is false.
 	Debug bool
 	// Logger receives errors, panics and debug output. The default value is

@@ -64,6 +64,7 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 	fl.BoolVar(&f.strictDIO, "strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
 	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
 	fl.StringVar(&f.transport, "transport", "auto", "how FUSE requests travel, the `TRANSPORT`: auto (io_uring when the kernel offers it), uring or devfuse")
+	fl.BoolVar(&f.uringThread, "uring-thread-issuer", false, "with io_uring: issue ring commands from one thread per queue instead of the kernel's polling thread")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
 	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "classic"))
 	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
@@ -76,7 +77,7 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 type mountFlags struct {
 	policy, cacheSize, metrics, size, cache, transport string
 	opts                                               optList
-	debug, writeback, strictDIO                        bool
+	debug, writeback, strictDIO, uringThread           bool
 	maxBackground                                      int
 	grace                                              time.Duration
 }
@@ -159,16 +160,17 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 		return &usageError{"--transport: " + err.Error()}
 	}
 	fopts := &fusefs.Options{
-		Transport:      transport,
-		Cache:          mode,
-		WritebackCache: f.writeback,
-		StrictDirectIO: f.strictDIO,
-		MaxBackground:  f.maxBackground,
-		ReadOnly:       readOnly,
-		MountOptions:   f.opts,
-		FsName:         volDir,
-		Debug:          f.debug,
-		Logger:         logger,
+		Transport:         transport,
+		URingThreadIssuer: f.uringThread,
+		Cache:             mode,
+		WritebackCache:    f.writeback,
+		StrictDirectIO:    f.strictDIO,
+		MaxBackground:     f.maxBackground,
+		ReadOnly:          readOnly,
+		MountOptions:      f.opts,
+		FsName:            volDir,
+		Debug:             f.debug,
+		Logger:            logger,
 	}
 	var metricsSrv *http.Server
 	if f.metrics != "" {

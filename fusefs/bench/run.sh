@@ -12,6 +12,10 @@
 #                   are added to `sluice mount`, e.g. "--cache sluice")
 #   sluice2 sluice3 more sluice mounts with $SLUICE2_ARGS and $SLUICE3_ARGS
 #                   (to compare options in the same run)
+#   sluice-uring sluice-devfuse
+#                   sluice mounts ($SLUICE_ARGS too) with --transport uring and
+#                   --transport devfuse: the transport dimension, e.g.
+#                   TARGETS="xfs sluice-uring sluice-devfuse"
 #   loopback-plain  go-fuse's loopback over a directory in $WORK, every open
 #                   FOPEN_DIRECT_IO, passthrough off, go-fuse's defaults
 #   loopback-tuned  the same with sluice's INIT options (1 MiB MaxWrite,
@@ -97,11 +101,13 @@ setup() {
 		mkfs.xfs -f -q "$LOOPDEV"
 		mount "$LOOPDEV" "$m"
 		;;
-	sluice | sluice2 | sluice3)
+	sluice | sluice2 | sluice3 | sluice-uring | sluice-devfuse)
 		local args=$SLUICE_ARGS
 		port=9188
 		if [ "$t" = sluice2 ]; then args=$SLUICE2_ARGS port=9189; fi
 		if [ "$t" = sluice3 ]; then args=$SLUICE3_ARGS port=9190; fi
+		if [ "$t" = sluice-uring ]; then args="$SLUICE_ARGS --transport uring" port=9191; fi
+		if [ "$t" = sluice-devfuse ]; then args="$SLUICE_ARGS --transport devfuse" port=9192; fi
 		# shellcheck disable=SC2086
 		"$BIN/sluice" mount "$WORK/vol-$t" "$m" --size 8G --metrics 127.0.0.1:$port $args >"$WORK/$t.out" 2>"$WORK/$t.err" &
 		DAEMON[$t]=$!
