@@ -158,10 +158,11 @@ func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 	t.Helper()
 	serveDev := mode == serveDevFuse || mode == notStarted
 	skipUnlessCapable(t)
-	if changed, err := Enable(); err != nil {
+	// The switch stays on afterwards, as the daemon leaves it: turning
+	// it off again would pull it from under other packages' tests that
+	// mount at the same time.
+	if _, err := Enable(); err != nil {
 		t.Fatal(err)
-	} else if changed {
-		t.Cleanup(func() { Disable() })
 	}
 	m := &testMount{t: t, dir: t.TempDir(), devDone: make(chan struct{}), serveDev: serveDev}
 	m.mu.ringOps = map[uint32]int{}
