@@ -72,6 +72,9 @@ func startDaemon(t *testing.T, vol, mnt string, args ...string) *daemon {
 func startDaemonAs(t *testing.T, cred *syscall.Credential, vol, mnt string, args ...string) *daemon {
 	t.Helper()
 	bin := buildSluice(t)
+	if tr := os.Getenv("SLUICE_FUSE_TRANSPORT"); tr != "" {
+		args = append(args, "--transport", tr) // CI runs the suite once per transport
+	}
 	d := &daemon{t: t, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, append([]string{"mount", vol, mnt, "--size", "1G"}, args...)...)
 	if cred != nil {

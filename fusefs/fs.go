@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/fuseserver"
 )
 
 // FS serves a sluice file system over FUSE: it implements
@@ -43,7 +44,10 @@ type FS struct {
 
 // FS overrides go-fuse's defaults with go-fuse's own signatures
 // (CopyFileRange, Statx, ...), so it stays a fuse.RawFileSystem.
-var _ fuse.RawFileSystem = (*FS)(nil)
+var (
+	_ fuse.RawFileSystem  = (*FS)(nil)
+	_ fuseserver.SyncFSer = (*FS)(nil)
+)
 
 // ttl is a timeout as the FUSE protocol carries it.
 type ttl struct {

@@ -11,8 +11,11 @@ import (
 // dirty page, waits for writebacks in flight, flushes the device and syncs
 // the metadata.
 //
-// go-fuse v2.12.1 does not dispatch SYNCFS (and the kernel sends it only
-// to servers that set fc->sync_fs); sluice's own server calls this.
+// fuseserver dispatches SYNCFS here (FS is a fuseserver.SyncFSer). Linux
+// sends it only to connections it marks sync_fs, which today are
+// virtiofs's: on a /dev/fuse or io_uring mount syncfs(2) never reaches the
+// daemon (TestSyncfsReachesDaemon), and fsync of files and directories
+// are the durable paths.
 func (fs *FS) SyncFS(cancel <-chan struct{}, h *fuse.InHeader) fuse.Status {
 	t := fs.start()
 	defer fs.done(opSyncfs, t)
