@@ -48,6 +48,9 @@ type envOpts struct {
 	ioUnit int // device I/O unit; 512 if 0
 	engine sluice.Options
 	fuse   Options
+	// transportSet: the test chose fuse.Transport itself, and
+	// SLUICE_FUSE_TRANSPORT does not override it.
+	transportSet bool
 	// public puts the mount point in a directory every user may enter
 	// (t.TempDir is its user's only), for tests that use the mount as
 	// another user.
@@ -105,7 +108,7 @@ func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 		t.Fatal(err)
 	}
 	fo := o.fuse
-	if tr := os.Getenv("SLUICE_FUSE_TRANSPORT"); tr != "" && fo.Transport == fuseserver.TransportAuto {
+	if tr := os.Getenv("SLUICE_FUSE_TRANSPORT"); tr != "" && !o.transportSet {
 		// CI runs the suite once per transport.
 		if fo.Transport, err = fuseserver.ParseTransport(tr); err != nil {
 			t.Fatal(err)

@@ -33,7 +33,7 @@ func TestRequestsTravelOverURing(t *testing.T) {
 	if err := fuseuring.Supported(); err != nil || os.Geteuid() != 0 {
 		t.Skipf("FUSE over io_uring needs root and a kernel with it (%v)", err)
 	}
-	e := newMountEnv(t, envOpts{fuse: Options{Transport: fuseserver.TransportURing}})
+	e := newMountEnv(t, envOpts{fuse: Options{Transport: fuseserver.TransportURing}, transportSet: true})
 	if tr, why := e.srv.Transport(); tr != fuseserver.TransportURing {
 		t.Fatalf("transport %v (%s), want uring", tr, why)
 	}
@@ -72,7 +72,7 @@ func TestRequestsTravelOverURing(t *testing.T) {
 func TestInterruptReachesBlockedRequest(t *testing.T) {
 	for _, tr := range transports(t) {
 		t.Run(tr.String(), func(t *testing.T) {
-			e := newMountEnv(t, envOpts{fuse: Options{Transport: tr}})
+			e := newMountEnv(t, envOpts{fuse: Options{Transport: tr}, transportSet: true})
 			fd, err := syscall.Open(e.path("f"), syscall.O_CREAT|syscall.O_RDWR, 0o644)
 			if err != nil {
 				t.Fatal(err)

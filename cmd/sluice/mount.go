@@ -63,12 +63,12 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 	fl.BoolVar(&f.writeback, "writeback-cache", false, "with --cache kernel: let the kernel cache writes (CAP_WRITEBACK_CACHE)")
 	fl.BoolVar(&f.strictDIO, "strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
 	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
-	fl.StringVar(&f.transport, "transport", "auto", "how FUSE requests travel, the `TRANSPORT`: auto (io_uring when the kernel offers it), uring or devfuse")
+	fl.StringVar(&f.transport, "transport", "devfuse", "how FUSE requests travel, the `TRANSPORT`: devfuse, auto (io_uring when the kernel offers it) or uring")
 	fl.BoolVar(&f.uringThread, "uring-thread-issuer", false, "with io_uring: issue ring commands from one thread per queue instead of the kernel's polling thread")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
 	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "classic"))
 	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
-	cmd.RegisterFlagCompletionFunc("transport", completeWords("auto", "uring", "devfuse"))
+	cmd.RegisterFlagCompletionFunc("transport", completeWords("devfuse", "auto", "uring"))
 	cmd.RegisterFlagCompletionFunc("options", completeWords("allow_other", "ro", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "noatime"))
 	return cmd
 }
