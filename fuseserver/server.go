@@ -152,7 +152,6 @@ type Server struct {
 	uring *uringTransport
 	probe pollProbe
 
-	stopOnce sync.Once
 	done     chan struct{} // closed when every transport has ended
 }
 
