@@ -152,7 +152,7 @@ type Server struct {
 	uring *uringTransport
 	probe pollProbe
 
-	done     chan struct{} // closed when every transport has ended
+	done chan struct{} // closed when every transport has ended
 }
 
 // Mount mounts fs on dir, answers the kernel's INIT, starts the transports
