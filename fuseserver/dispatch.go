@@ -2,6 +2,7 @@ package fuseserver
 
 import (
 	"bytes"
+	"strconv"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -178,20 +179,7 @@ func opName(op uint32) string {
 	if op < opCount && handlers[op].name != "" {
 		return handlers[op].name
 	}
-	return "OPCODE-" + itoa(op)
-}
-
-func itoa(v uint32) string {
-	var b [10]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
-		}
-	}
+	return "OPCODE-" + strconv.FormatUint(uint64(op), 10)
 }
 
 // in returns the request's header and in-struct as go-fuse's type T,
