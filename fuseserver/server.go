@@ -234,7 +234,7 @@ func Mount(fs FileSystem, dir string, cfg Config) (*Server, error) {
 // kernel's switch when the daemon runs as root, and says why.
 func (s *Server) chooseTransport() (offer bool, why string, err error) {
 	if s.cfg.Transport == TransportDevFuse {
-		return false, "/dev/fuse (asked for)", nil
+		return false, "/dev/fuse (the default; io_uring is opt-in: auto or uring)", nil
 	}
 	if err := uringSupported(); err != nil {
 		if s.cfg.Transport == TransportURing {
