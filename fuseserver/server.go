@@ -297,12 +297,11 @@ func (s *Server) waitTransports() {
 	close(s.done)
 }
 
-// abort ends the connection from the daemon's side (used when a mount
-// cannot be completed): every request in flight fails with ENOTCONN.
+// abort ends a mount that cannot be completed: it detaches the mount, and
+// the caller's close of the /dev/fuse descriptor (the last one) then
+// aborts the connection. It never touches the mount point: before INIT is
+// answered, a stat of it would wait for an answer nobody gives.
 func (s *Server) abort() {
-	if id, err := s.ConnectionID(); err == nil {
-		_ = os.WriteFile(fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", id), []byte("1"), 0)
-	}
 	_ = unix.Unmount(s.dir, unix.MNT_DETACH)
 }
 
