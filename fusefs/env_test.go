@@ -75,6 +75,26 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// openFaultEngine opens the engine on d's volume through a faultdev
+// device, so that the test can inject device faults and gates.
+func openFaultEngine(t testing.TB, d *testvol.Disks, o *sluice.Options) (*faultdev.Device, *volume.Volume, *sluice.FS) {
+	t.Helper()
+	kv, err := d.OpenKV()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := faultdev.New(d.Mem)
+	v, err := volume.Attach(fault, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := sluice.OpenVolume(v, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fault, v, eng
+}
+
 func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 	t.Helper()
 	requireFUSE(t)
@@ -85,19 +105,7 @@ func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := d.OpenKV()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fault := faultdev.New(d.Mem)
-	v, err := volume.Attach(fault, kv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := sluice.OpenVolume(v, &o.engine)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fault, v, eng := openFaultEngine(t, d, &o.engine)
 	e := &mountEnv{t: t, mem: d.Mem, fault: fault, vol: v, eng: eng, logs: &syncBuffer{}}
 	parent := t.TempDir()
 	if o.public {

@@ -38,23 +38,12 @@ func newRawEnv(t *testing.T, engOpts sluice.Options, o Options) *rawEnv {
 
 func openRawEnv(t *testing.T, d *testvol.Disks, engOpts sluice.Options, o Options) *rawEnv {
 	t.Helper()
-	kv, err := d.OpenKV()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fault := faultdev.New(d.Mem)
-	v, err := volume.Attach(fault, kv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := sluice.OpenVolume(v, &engOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fault, v, eng := openFaultEngine(t, d, &engOpts)
 	e := &rawEnv{t: t, disks: d, fault: fault, vol: v, eng: eng, logs: &syncBuffer{}}
 	if o.Logger == nil {
 		o.Logger = log.New(e.logs, "", 0)
 	}
+	var err error
 	e.fs, err = New(eng, &o)
 	if err != nil {
 		t.Fatal(err)

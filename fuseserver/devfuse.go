@@ -125,7 +125,7 @@ func (d *devFuse) answerInit(offerURing bool) error {
 		return err
 	}
 	r.status = fuse.OK
-	r.outLen = initOutSize
+	r.outLen = handlers[opInit].outSize
 	if err := rd.reply(); err != nil {
 		return fmt.Errorf("answering INIT: %w", err)
 	}

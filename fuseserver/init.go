@@ -3,7 +3,6 @@ package fuseserver
 import (
 	"fmt"
 	"os"
-	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
@@ -76,6 +75,3 @@ func (s *Server) initReply(in *fuse.InitIn, out *fuse.InitOut, offerURing bool) 
 	}
 	return negotiated{minor: minor, flags: granted, maxWrite: s.cfg.MaxWrite, maxPages: maxPages}, nil
 }
-
-// initOutSize is the INIT reply's size.
-var initOutSize = int(unsafe.Sizeof(fuse.InitOut{}))

@@ -276,16 +276,6 @@ func (s *Server) Stats() Stats {
 	}
 }
 
-// ConnectionID returns the FUSE connection's number, the name of its
-// directory in /sys/fs/fuse/connections (the mount point's device minor).
-func (s *Server) ConnectionID() (uint32, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(s.dir, &st); err != nil {
-		return 0, err
-	}
-	return unix.Minor(st.Dev), nil
-}
-
 // waitTransports closes done once every transport goroutine has ended.
 func (s *Server) waitTransports() {
 	s.dev.wait()

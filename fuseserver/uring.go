@@ -2,6 +2,7 @@ package fuseserver
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"sync"
 
@@ -27,13 +28,11 @@ type uringTransport struct {
 func uringSupported() error { return fuseuring.Supported() }
 
 func uringEnable() (bool, error) {
-	if on, err := fuseuring.Enabled(); err == nil && on {
-		return false, nil
-	}
-	if os.Geteuid() != 0 {
+	changed, err := fuseuring.Enable()
+	if errors.Is(err, fs.ErrPermission) {
 		return false, errors.New("FUSE over io_uring is off (/sys/module/fuse/parameters/enable_uring) and only root can turn it on")
 	}
-	return fuseuring.Enable()
+	return changed, err
 }
 
 // startURing registers the ring entries of every queue. The kernel holds
