@@ -61,6 +61,14 @@
 //	            held across device I/O submission; the sub-block and
 //	            extending direct-write routes hand it to the request, whose
 //	            completion releases it
+//	BlockRange  inode.ranges, the block-range lock (iolock.RangeLock): the
+//	            blocks a sub-block direct write or an append works on,
+//	            taken under the shared I/O lock; a direct write hands it to
+//	            its request, an append holds it until its size is published
+//	Appends     inode.appends.mu: the queue of appends in flight and the
+//	            publication of their sizes, in reservation order; it takes
+//	            inode.mu (and commits) under it, and queues block ranges
+//	            (without waiting for them)
 //	SyncSerial  the serial sync point's mutex (NoGroupCommit)
 //	Page        page locks (pagecache), several in increasing index order
 //	            (readahead, unit fills, writeback of a block); pages locked

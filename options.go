@@ -9,10 +9,11 @@ import (
 	"github.com/sluicefs/sluice/volume"
 )
 
-// Policy switches each of the five seed optimisations on or off, so that
-// its effect can be measured side by side. Concurrent() turns every one on
-// (the default); Classic() turns every one off and reproduces the kernels
-// before each fix. Which I/O lock mode each operation takes under either
+// Policy switches each of the five seed optimisations, and the two that go
+// beyond the kernel's locks, on or off, so that its effect can be measured
+// side by side. Concurrent() turns every one on (the default); Seeds()
+// turns on the five seeds only, as today's XFS does them; Classic() turns
+// every one off and reproduces the kernels before each fix. Which I/O lock mode each operation takes under either
 // preset is tabled in one place, the iolock package doc ("Which operation
 // takes which mode"), checked against the code by TestLockModes.
 type Policy struct {
@@ -40,22 +41,58 @@ type Policy struct {
 	// pending and the write does not cover every byte of the page below
 	// EOF. Off: every write to a page that is not up to date reads it first.
 	SkipFullPageRMW bool
+
+	// ParallelAppends (beyond the kernel: XFS buffered, ext4 and FUSE take
+	// the exclusive lock for every append): O_APPEND and RWFAppend writes,
+	// direct and buffered, reserve their range at the end of the file in a
+	// short critical section under the shared I/O lock and write at the
+	// same time; the size is published in reservation order once every
+	// earlier reservation has completed, so a reader never sees a hole or
+	// zeros inside the size. Off: every append takes the I/O lock
+	// exclusive (the table's O_APPEND rows).
+	ParallelAppends bool
+	// BlockRangeExclusion (beyond the kernel): a sub-block direct write
+	// within EOF that must allocate, convert an unwritten extent or zero
+	// part of a block locks just the blocks it touches (iolock.RangeLock)
+	// under the shared I/O lock, instead of seed 000's fallback (the
+	// exclusive lock and a drain of every direct I/O of the file). Off:
+	// the fallback.
+	BlockRangeExclusion bool
 }
 
 // Concurrent returns the policy with every optimisation on.
 func Concurrent() Policy {
-	return Policy{true, true, true, true, true}
+	p := Seeds()
+	p.ParallelAppends = true
+	p.BlockRangeExclusion = true
+	return p
+}
+
+// Seeds returns the policy with the five seed optimisations on and the two
+// beyond them (ParallelAppends, BlockRangeExclusion) off: the locking of
+// XFS today.
+func Seeds() Policy {
+	return Policy{
+		SharedDirectReads:         true,
+		OptimisticUnalignedWrites: true,
+		ParallelDirectWrites:      true,
+		AsyncBufferedReads:        true,
+		SkipFullPageRMW:           true,
+	}
 }
 
 // Classic returns the policy with every optimisation off.
 func Classic() Policy { return Policy{} }
 
-// ParsePolicy parses "concurrent", "classic", or a comma-separated list of
-// field names (e.g. "SharedDirectReads,SkipFullPageRMW"), each switched on.
+// ParsePolicy parses "concurrent", "seeds", "classic", or a comma-separated
+// list of field names (e.g. "SharedDirectReads,SkipFullPageRMW"), each
+// switched on.
 func ParsePolicy(s string) (Policy, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "", "concurrent":
 		return Concurrent(), nil
+	case "seeds":
+		return Seeds(), nil
 	case "classic":
 		return Classic(), nil
 	}
@@ -72,8 +109,12 @@ func ParsePolicy(s string) (Policy, error) {
 			p.AsyncBufferedReads = true
 		case "skipfullpagermw":
 			p.SkipFullPageRMW = true
+		case "parallelappends":
+			p.ParallelAppends = true
+		case "blockrangeexclusion":
+			p.BlockRangeExclusion = true
 		default:
-			return Policy{}, fmt.Errorf("unknown policy %q: use concurrent, classic or a list of SharedDirectReads, OptimisticUnalignedWrites, ParallelDirectWrites, AsyncBufferedReads, SkipFullPageRMW", f)
+			return Policy{}, fmt.Errorf("unknown policy %q: use concurrent, seeds, classic or a list of SharedDirectReads, OptimisticUnalignedWrites, ParallelDirectWrites, AsyncBufferedReads, SkipFullPageRMW, ParallelAppends, BlockRangeExclusion", f)
 		}
 	}
 	return p, nil
@@ -84,6 +125,8 @@ func (p Policy) String() string {
 	switch p {
 	case Concurrent():
 		return "concurrent"
+	case Seeds():
+		return "seeds"
 	case Classic():
 		return "classic"
 	}
@@ -97,6 +140,8 @@ func (p Policy) String() string {
 		{p.ParallelDirectWrites, "ParallelDirectWrites"},
 		{p.AsyncBufferedReads, "AsyncBufferedReads"},
 		{p.SkipFullPageRMW, "SkipFullPageRMW"},
+		{p.ParallelAppends, "ParallelAppends"},
+		{p.BlockRangeExclusion, "BlockRangeExclusion"},
 	} {
 		if f.on {
 			on = append(on, f.name)

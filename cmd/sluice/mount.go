@@ -27,7 +27,7 @@ import (
 func newMountCommand() *cobra.Command {
 	var f mountFlags
 	cmd := &cobra.Command{
-		Use:   "mount VOLUME DIR [--policy concurrent|classic] [--cache-size SIZE] [--metrics ADDR] [-o OPTS] [--debug]",
+		Use:   "mount VOLUME DIR [--policy concurrent|seeds|classic] [--cache-size SIZE] [--metrics ADDR] [-o OPTS] [--debug]",
 		Short: "serve a volume through FUSE in the foreground (creates it on first use)",
 		Long: `Serve the volume VOLUME on the directory DIR through FUSE, in the foreground, until
 it is unmounted (sluice umount DIR) or interrupted. A VOLUME that does not exist
@@ -53,7 +53,7 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.policy, "policy", "concurrent", "the I/O `POLICY`: concurrent, classic, or a comma-separated list of Policy fields to switch on")
+	fl.StringVar(&f.policy, "policy", "concurrent", "the I/O `POLICY`: concurrent, seeds (the five seed optimisations only), classic, or a comma-separated list of Policy fields to switch on")
 	fl.StringVar(&f.cacheSize, "cache-size", "256M", "`SIZE` of sluice's page cache")
 	fl.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics (and /debug/pprof) on `ADDR`, e.g. localhost:9100")
 	fl.VarP(&f.opts, "options", "o", "mount `OPTS`, comma-separated, repeatable: allow_other, ro, suid, nosuid, dev, nodev, exec, noexec, noatime")
@@ -66,7 +66,7 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 	fl.StringVar(&f.transport, "transport", "devfuse", "how FUSE requests travel, the `TRANSPORT`: devfuse, auto (io_uring when the kernel offers it) or uring")
 	fl.BoolVar(&f.uringThread, "uring-thread-issuer", false, "with io_uring: issue ring commands from one thread per queue instead of the kernel's polling thread")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
-	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "classic"))
+	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "seeds", "classic"))
 	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
 	cmd.RegisterFlagCompletionFunc("transport", completeWords("devfuse", "auto", "uring"))
 	cmd.RegisterFlagCompletionFunc("options", completeWords("allow_other", "ro", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "noatime"))

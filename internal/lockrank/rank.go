@@ -47,6 +47,13 @@ const (
 	RankNamespace
 	// RankIOLock: inode.io, the I/O lock (iolock.Lock), one inode at a time.
 	RankIOLock
+	// RankBlockRange: an inode's block-range lock (iolock.RangeLock): the
+	// file blocks a sub-block direct write or an append works on, taken
+	// under the I/O lock, held until the write completes.
+	RankBlockRange
+	// RankAppends: an inode's append reservations (the queue of appends in
+	// flight and the publication of their sizes).
+	RankAppends
 	// RankSyncSerial: the serial sync point's mutex (NoGroupCommit), held
 	// across a whole sync point.
 	RankSyncSerial
@@ -87,6 +94,8 @@ var ranks = [numRanks]rankInfo{
 	RankFilePos:    {name: "FilePos"},
 	RankNamespace:  {name: "Namespace"},
 	RankIOLock:     {name: "IOLock"},
+	RankBlockRange: {name: "BlockRange"},
+	RankAppends:    {name: "Appends"},
 	RankSyncSerial: {name: "SyncSerial"},
 	RankPage:       {name: "Page", multi: true},
 	RankReadahead:  {name: "Readahead"},
@@ -125,6 +134,7 @@ type Ranked interface{ Rank() Rank }
 type (
 	FilePos    struct{}
 	Namespace  struct{}
+	Appends    struct{}
 	SyncSerial struct{}
 	Readahead  struct{}
 	InodeMu    struct{}
@@ -139,6 +149,7 @@ type (
 
 func (FilePos) Rank() Rank    { return RankFilePos }
 func (Namespace) Rank() Rank  { return RankNamespace }
+func (Appends) Rank() Rank    { return RankAppends }
 func (SyncSerial) Rank() Rank { return RankSyncSerial }
 func (Readahead) Rank() Rank  { return RankReadahead }
 func (InodeMu) Rank() Rank    { return RankInodeMu }
