@@ -494,3 +494,37 @@ func TestDirectWriteConcurrencyAtDaemon(t *testing.T) {
 		})
 	}
 }
+
+// TestAppendOpenWritesAtKernelOffset: a WRITE through a handle opened
+// O_APPEND lands at the offset the kernel sent, never at the engine's end
+// of file: O_APPEND does not reach the engine (planOpen). The kernel
+// already chose the offset of an append from its i_size, and writeback
+// and mmap write dirty pages through any writable handle of the inode,
+// O_APPEND or not, at the pages' offsets.
+func TestAppendOpenWritesAtKernelOffset(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		flags uint32
+		o     Options
+	}{
+		{"buffered", syscall.O_WRONLY | syscall.O_APPEND, Options{}},
+		{"direct", syscall.O_WRONLY | syscall.O_APPEND | syscall.O_DIRECT, Options{}},
+		{"writeback", syscall.O_WRONLY | syscall.O_APPEND, Options{WritebackCache: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newRawEnv(t, sluice.Options{}, c.o)
+			id, fh := e.create("f", syscall.O_RDWR, 0o644)
+			base := pattern(8192, 1)
+			e.write(id, fh, base, 0)
+			afh := e.open(id, c.flags)
+			over := pattern(4096, 2)
+			e.write(id, afh, over, 0)
+			tail := pattern(4096, 3)
+			e.write(id, afh, tail, 8192)
+			want := slices.Concat(over, base[4096:], tail)
+			if got := e.contents(id); !bytes.Equal(got, want) {
+				t.Fatalf("after WRITEs at 0 and 8192 through an O_APPEND handle: %d bytes, want %d (the WRITE at 0 landed elsewhere?)", len(got), len(want))
+			}
+		})
+	}
+}
