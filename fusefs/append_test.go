@@ -16,6 +16,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/internal/sys/uring"
 )
 
 // How the kernel (Linux 6.18, fs/fuse/file.c) sends O_APPEND writes, and
@@ -525,6 +526,168 @@ func TestAppendOpenWritesAtKernelOffset(t *testing.T) {
 			if got := e.contents(id); !bytes.Equal(got, want) {
 				t.Fatalf("after WRITEs at 0 and 8192 through an O_APPEND handle: %d bytes, want %d (the WRITE at 0 landed elsewhere?)", len(got), len(want))
 			}
+		})
+	}
+}
+
+// tasksIn returns the kernel stacks of this process's threads whose
+// stack has fn in it, by thread name (comm: iou-wrk-N for io_uring's
+// workers).
+func tasksIn(fn string) map[int]string {
+	found := make(map[int]string)
+	ents, _ := os.ReadDir("/proc/self/task")
+	for _, d := range ents {
+		var tid int
+		if _, err := fmt.Sscan(d.Name(), &tid); err != nil {
+			continue
+		}
+		if s, ok := kernelStack(tid); ok && strings.Contains(s, fn) {
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/comm", tid))
+			found[tid] = strings.TrimSpace(string(comm)) + ":\n" + s
+		}
+	}
+	return found
+}
+
+// TestURingWritesThroughMount: four writes to one file submitted through
+// an io_uring in one io_uring_enter, with the WRITEs held at the daemon.
+// FUSE files have no FMODE_NOWAIT but are pollable, and with POLL
+// answered ENOSYS fuse_file_poll says writable, so io_uring
+// (io_file_supports_nowait) issues O_DIRECT writes inline on the
+// submitting thread with IOCB_NOWAIT, which FUSE does not honour: an
+// append (extending: fuse_direct_IO waits for it) holds io_uring_enter
+// until the daemon answers, so the ring's appends reach the daemon one at
+// a time; overwrites return -EIOCBQUEUED (CAP_ASYNC_DIO) and all four are
+// at the daemon at once. Buffered writes are punted to io-wq, hashed on
+// the inode (FUSE sets no FOP_DIO_PARALLEL_WRITE), and the inode lock
+// serialises them anyway: one at a time.
+func TestURingWritesThroughMount(t *testing.T) {
+	const n = 4
+	for _, c := range []struct {
+		name     string
+		flags    int
+		prefill  int
+		parallel bool
+	}{
+		{"append-direct", syscall.O_APPEND | syscall.O_DIRECT, 0, false},
+		{"append-buffered", syscall.O_APPEND, 0, false},
+		{"overwrite-direct", syscall.O_DIRECT, 64 << 10, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := uring.New(8, &uring.Params{})
+			if err != nil {
+				t.Skipf("no io_uring here: %v", err)
+			}
+			r.Close()
+			pol := sluice.Concurrent()
+			e := newMountEnv(t, envOpts{engine: sluice.Options{Policy: &pol}})
+			var node uint64
+			if c.prefill > 0 {
+				writeDirectFile(t, e, "f", c.prefill)
+				var st syscall.Stat_t
+				if err := syscall.Stat(e.path("f"), &st); err != nil {
+					t.Fatal(err)
+				}
+				node = st.Ino
+			} else {
+				node = createEmpty(t, e, "f")
+			}
+			w := watchWrites(t, e.srv.FS(), node)
+			w.hold()
+			bufs := make([][]byte, n)
+			for i := range bufs {
+				bufs[i] = record(i, 0)
+			}
+			tidc := make(chan int, 1)
+			done := make(chan error, 1)
+			go func() {
+				// One locked thread submits and reaps: completions of
+				// queued requests run as task work of the submitter.
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				tidc <- syscall.Gettid()
+				done <- func() error {
+					r, err := uring.New(8, &uring.Params{})
+					if err != nil {
+						return err
+					}
+					defer r.Close()
+					fd, err := syscall.Open(e.path("f"), syscall.O_WRONLY|c.flags, 0)
+					if err != nil {
+						return err
+					}
+					defer syscall.Close(fd)
+					for i := range n {
+						s := r.GetSQE()
+						s.PrepWrite(fd, bufs[i], uint64(i)*recordSize) // the offset is ignored for O_APPEND
+						s.UserData = uint64(i)
+					}
+					if _, err := r.Submit(); err != nil {
+						return err
+					}
+					for range n {
+						cqe, err := r.WaitCQE()
+						if err != nil {
+							return err
+						}
+						if cqe.Res != recordSize {
+							return fmt.Errorf("write %d: %d (%v)", cqe.UserData, cqe.Res, cqe.Err())
+						}
+						r.CQAdvance(1)
+					}
+					return nil
+				}()
+			}()
+			sub := <-tidc
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if c.parallel {
+				if err := w.waitHeld(ctx, n); err != nil {
+					t.Fatalf("O_DIRECT overwrites through io_uring: %v", err)
+				}
+			} else {
+				if err := w.waitHeld(ctx, 1); err != nil {
+					t.Fatal(err)
+				}
+				// Where is the WRITE at the daemon issued from? Inline
+				// (the submitter's io_uring_enter, which issues SQEs in
+				// order) or an io-wq worker (iou-wrk).
+				if _, ok := kernelStack(sub); ok {
+					for {
+						in := tasksIn("fuse_file_write_iter")
+						s, _ := kernelStack(sub)
+						inline := strings.Contains(s, "io_submit_sqes") && strings.Contains(s, "fuse_file_write_iter")
+						if inline || (strings.Contains(s, "io_cqring_wait") && len(in) == 1) {
+							for _, st := range in {
+								t.Logf("the write at the daemon (inline %v) is issued by %s", inline, st)
+							}
+							break
+						}
+						if ctx.Err() != nil {
+							t.Fatalf("submitter:\n%s\nthreads in fuse_file_write_iter: %v", s, in)
+						}
+						time.Sleep(time.Millisecond)
+					}
+				} else {
+					time.Sleep(500 * time.Millisecond)
+				}
+				if h := w.held(); h != 1 {
+					t.Fatalf("%d appends through io_uring at the daemon at once, want 1", h)
+				}
+			}
+			w.open()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			maxInFlight, writes := w.result()
+			if (maxInFlight == n) != c.parallel || (!c.parallel && maxInFlight != 1) {
+				t.Errorf("at most %d WRITEs in flight at the daemon; parallel %v", maxInFlight, c.parallel)
+			}
+			if !c.parallel {
+				checkAppendWrites(t, writes, n)
+				checkRecords(t, engineContents(t, e, node), n, 1)
+			}
+			e.checkClean()
 		})
 	}
 }
