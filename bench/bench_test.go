@@ -156,3 +156,39 @@ func TestMountOf(t *testing.T) {
 		t.Errorf("isMountPoint(%s) = true, but it lies in the mount at %s", dir, m.Point)
 	}
 }
+
+// TestVerifyRecords: A1's check finds a missing, a doubled, a torn and a
+// foreign record, and a wrong size.
+func TestVerifyRecords(t *testing.T) {
+	const bs = 4096
+	counts := []int64{3, 2}
+	var file []byte
+	for _, r := range [][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}} {
+		rec := make([]byte, bs)
+		fillRecordBody(rec, r[0])
+		tagRecord(rec, r[0], int64(r[1]))
+		file = append(file, rec...)
+	}
+	check := func(name string, b []byte, counts []int64, want string) {
+		t.Helper()
+		err := verifyRecords(bytes.NewReader(b), int64(len(b)), bs, counts)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: error %v, want one saying %q", name, err, want)
+		}
+	}
+	check("whole", file, counts, "")
+	check("one more expected", file, []int64{4, 2}, "records were lost or overwritten")
+	doubled := bytes.Clone(file)
+	copy(doubled[4*bs:], doubled[:bs])
+	check("doubled", doubled, counts, "appender 0 #0 appears twice")
+	torn := bytes.Clone(file)
+	copy(torn[2*bs:2*bs+bs/2], file[3*bs:3*bs+bs/2])
+	check("torn", torn, counts, "torn: head says appender 1 #1, tail appender 0 #1")
+	zeros := bytes.Clone(file)
+	clear(zeros[bs : 2*bs])
+	check("zeros", zeros, counts, "no tag")
+	check("never written", file, []int64{3, 1, 1}, "appender 1 #1 was never written")
+}
