@@ -62,6 +62,15 @@ func TestFioArgs(t *testing.T) {
 		!strings.Contains(b, "--name=w5 --filename=/d/g --rw=write --bs=524288 --direct=0 --ioengine=psync --iodepth=1 --numjobs=1 --size=268435456 --runtime=1000ms --sync=1 --end_fsync=1") {
 		t.Errorf("batch args: %s", b)
 	}
+	// Z1's fresh file: fio makes and fallocates it, and keeps its random
+	// map (no --norandommap).
+	jz := sysJob{name: "z1", rw: "randwrite", path: "/d/z", direct: true, ioengine: "libaio", bs: 512, numjobs: 1, iodepth: 32, size: 256 << 20,
+		runtime: time.Second, ramp: 50 * time.Millisecond, timeBased: true, fresh: true, randseed: 61}
+	if got, want := f.cmdline(jz), "/usr/bin/fio --name=z1 --filename=/d/z --rw=randwrite --bs=512 --direct=1 --ioengine=libaio --iodepth=32 "+
+		"--numjobs=1 --size=268435456 --runtime=1000ms --time_based --ramp_time=50ms --randrepeat=0 --randseed=61 --fallocate=native "+
+		"--invalidate=1 --group_reporting --output-format=json"; got != want {
+		t.Errorf("cmdline:\n got %s\nwant %s", got, want)
+	}
 	j4 := sysJob{name: "w4-qd8", rw: "randread", path: "/d/f", ioengine: "io_uring", bs: 4096, numjobs: 1, iodepth: 8, size: 1 << 30,
 		runtime: time.Second, timeBased: true, randseed: 89}
 	if got, want := f.cmdline(j4), "/usr/bin/fio --name=w4-qd8 --filename=/d/f --rw=randread --bs=4096 --direct=0 --ioengine=io_uring --iodepth=8 "+

@@ -4,19 +4,22 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
 
 	"github.com/sluicefs/sluice/device"
 )
 
-// The bookkeeping of A1, shared by the engine's workload and the Go
-// runner's.
+// The bookkeeping of A1 and Z1, shared by the engine's workloads and the
+// Go runner's.
 //
 // A1's records: each append writes one record, tagged with its appender
 // and that appender's sequence number at both ends, so that the file can
 // be checked afterwards: every record present exactly once, none torn,
 // nothing else in the file. The rest of the record is a pattern of the
 // appender's.
+//
+// Z1's fresh blocks: freshBlockOrder.
 
 // recordMagic opens and closes every record.
 const recordMagic = "sluiceA1"
@@ -115,4 +118,16 @@ func verifyRecords(r io.ReaderAt, size int64, bs int, counts []int64) error {
 	// With the size right and no record twice or foreign, every record
 	// is there: the file has room for exactly the records written.
 	return nil
+}
+
+// freshBlockOrder returns the blocks of a region in a random order
+// (seeded), for writes that must each land in a block not written before.
+func freshBlockOrder(blocks int64, seed uint64) []int32 {
+	order := make([]int32, blocks)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	rng := rand.New(rand.NewPCG(seed, 11))
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return order
 }
