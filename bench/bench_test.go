@@ -21,7 +21,9 @@ func TestParseOnly(t *testing.T) {
 		{"W1,W3", "W1 W3", false},
 		{"w2, 5", "W2 W5", false},
 		{"W1,W1", "W1", false},
+		{"a1, Z1,w4", "A1 Z1 W4", false},
 		{"W6", "", true},
+		{"A2", "", true},
 		{",", "", true},
 	} {
 		got, err := ParseOnly(c.in)
