@@ -67,6 +67,9 @@ type appendQueue struct {
 	// pending is len(q), for readers that cannot take mu (writeback,
 	// under inode.mu). Written under mu.
 	pending atomic.Int32
+	// publishing is set while a goroutine publishes the head of q, with
+	// mu released during its commit. Protected by mu.
+	publishing bool
 }
 
 // appendRes is one append's reservation.
@@ -84,8 +87,8 @@ type appendRes struct {
 	// Protected by appendQueue.mu.
 	done, failed bool
 	err          error
-	// perr is the publication's error, for a buffered append's waiter.
-	// Written before published is closed.
+	// perr is the publication's error. Written under appendQueue.mu
+	// before finish.
 	perr error
 	// conv are the unwritten block ranges a direct append wrote, converted
 	// at its publication. Immutable once done.
@@ -148,6 +151,21 @@ func (in *inode) reserveAppend(k *kiocb) (*appendRes, error) {
 	q.pending.Store(int32(len(q.q)))
 	fs.counters.LockSharedAppend.Add(1)
 	return r, nil
+}
+
+// reservedBlocks returns the file block after the last append reserved
+// now: a direct append that must allocate allocates up to it, for the
+// appends in flight after it too (planWrite), so that they do not each
+// commit an allocation of their own. A later append that fails leaves its
+// blocks allocated, unwritten, past EOF, where fallocate's KEEP_SIZE
+// leaves them too; truncate frees them.
+func (q *appendQueue) reservedBlocks(blockSize int64) uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.q) == 0 {
+		return 0
+	}
+	return uint64(roundUp(q.end, blockSize) / blockSize)
 }
 
 // mapped reports whether the file blocks [first, first+n) are all
@@ -223,7 +241,7 @@ func (in *inode) directAppend(k *kiocb) (int, error) {
 		return fail(err)
 	}
 	op := newDioOp(in, k)
-	conv, err := in.planWrite(op, k.buf, k.off, k.nowait)
+	conv, err := in.planWrite(op, k.buf, k.off, k.nowait, in.appends.reservedBlocks(fs.blockSize))
 	if err != nil {
 		op.free()
 		return fail(err)
@@ -302,8 +320,11 @@ func (in *inode) bufferedAppend(k *kiocb) (int, error) {
 // appendEnded records that append r has written its first n bytes (all of
 // them unless err), applies the failure rule to what it did not write, and
 // publishes every append at the head of the queue that can be published.
-// The appends published, and those given back, are then finished outside
-// the queue's lock.
+// One goroutine publishes at a time (appendQueue.publishing), the queue's
+// lock released while it commits: an append that ends meanwhile is only
+// marked done, and the publisher takes it with the next batch, so appends
+// that end together share one commit. The appends published, and those
+// given back, are then finished outside the queue's lock.
 func (in *inode) appendEnded(r *appendRes, n int64, err error) {
 	fs := in.fs
 	q := &in.appends
@@ -325,33 +346,53 @@ func (in *inode) appendEnded(r *appendRes, n int64, err error) {
 		}
 	}
 	released := q.trimTail()
-	run := q.publishable()
-	var perr error
-	if len(run) > 0 || len(released) > 0 {
-		perr = in.publishAppendsLocked(run)
+	var published []*appendRes
+	if !q.publishing {
+		q.publishing = true
+		for {
+			run := q.publishable()
+			if len(run) == 0 {
+				break
+			}
+			q.mu.Unlock()
+			perr := in.publishAppends(run)
+			q.mu.Lock()
+			q.q = slices.Delete(q.q, 0, len(run))
+			for _, p := range run {
+				p.perr = perr
+			}
+			published = append(published, run...)
+			released = append(released, q.trimTail()...)
+		}
+		q.publishing = false
 	}
-	published := slices.Contains(run, r) || slices.Contains(released, r)
+	q.pending.Store(int32(len(q.q)))
+	if len(q.q) == 0 && len(released)+len(published) > 0 {
+		// Nothing in flight: what writeback deferred belongs to nothing.
+		in.mu.Lock()
+		in.appendConv = nil
+		in.mu.Unlock()
+	}
 	q.mu.Unlock()
-	if !published {
+	if !slices.Contains(published, r) && !slices.Contains(released, r) {
 		fs.counters.AppendPublishWaits.Add(1)
 	}
 	for _, p := range released {
-		if p.op != nil || p.published != nil {
-			fs.counters.AppendsReleased.Add(1)
-		}
-		p.finish(nil, p == r)
+		fs.counters.AppendsReleased.Add(1)
+		p.finish(p == r)
 	}
-	for _, p := range run {
+	for _, p := range published {
 		if p.failed {
 			fs.counters.AppendsZeroed.Add(1)
 		}
-		p.finish(perr, p == r)
+		p.finish(p == r)
 	}
 }
 
 // trimTail gives back the reservations at the tail of the queue that are
 // done and failed (nothing after them will be published), lowering end,
-// and returns them.
+// and returns them. It never reaches a batch being published, which ends
+// with an append that succeeded.
 //
 // Preconditions: q.mu is held.
 func (q *appendQueue) trimTail() []*appendRes {
@@ -370,9 +411,10 @@ func (q *appendQueue) trimTail() []*appendRes {
 	return out
 }
 
-// publishable removes from the head of the queue, and returns, the done
-// appends up to the last of them that succeeded: failed ones after it
-// wait until a later one succeeds (or trimTail gives them back).
+// publishable returns the done appends at the head of the queue up to the
+// last of them that succeeded (failed ones after it wait until a later one
+// succeeds, or trimTail gives them back), leaving them in the queue, so
+// that the queue's end stays valid while they are published.
 //
 // Preconditions: q.mu is held.
 func (q *appendQueue) publishable() []*appendRes {
@@ -385,58 +427,42 @@ func (q *appendQueue) publishable() []*appendRes {
 			last = i
 		}
 	}
-	if last < 0 {
-		return nil
-	}
-	run := slices.Clone(q.q[:last+1])
-	q.q = slices.Delete(q.q, 0, last+1)
-	return run
+	return slices.Clone(q.q[:last+1])
 }
 
-// publishAppendsLocked publishes the appends of run, which were at the
-// head of the queue: it converts the unwritten blocks they wrote (and
-// those writeback wrote for them, in.appendConv) and raises the size to
-// the end of the last, in one transaction when there is anything to
-// convert, in core otherwise (persisted at the next sync point, as a
-// buffered write's size is). When the queue is left empty, in.appendConv
-// holds nothing of use and is cleared.
+// publishAppends publishes the appends of run, the head of the queue: it
+// converts the unwritten blocks they wrote (and those writeback wrote for
+// them, in.appendConv) and raises the size to the end of the last, in one
+// transaction when there is anything to convert, in core otherwise
+// (persisted at the next sync point, as a buffered write's size is).
 //
-// Preconditions: in.appends.mu is held; run was removed from the queue.
-func (in *inode) publishAppendsLocked(run []*appendRes) error {
+// Preconditions: the caller set in.appends.publishing and holds no lock.
+func (in *inode) publishAppends(run []*appendRes) error {
 	fs := in.fs
-	q := &in.appends
 	var conv []fileRange
-	end := int64(0)
+	end := run[len(run)-1].end
 	for _, p := range run {
 		if !p.failed {
 			conv = append(conv, p.conv...)
 		}
-		end = p.end
 	}
 	in.mu.Lock()
-	if len(run) > 0 {
-		// Writeback's deferred conversions that the new size covers.
-		fb := uint64(roundUp(end, fs.blockSize) / fs.blockSize)
-		keep := in.appendConv[:0]
-		for _, c := range in.appendConv {
-			if c.first < fb {
-				conv = append(conv, fileRange{c.first, min(c.n, fb-c.first)})
-			}
-			if c.first+c.n > fb {
-				lo := max(c.first, fb)
-				keep = append(keep, fileRange{lo, c.first + c.n - lo})
-			}
+	// Writeback's deferred conversions that the new size covers.
+	fb := uint64(roundUp(end, fs.blockSize) / fs.blockSize)
+	keep := in.appendConv[:0]
+	for _, c := range in.appendConv {
+		if c.first < fb {
+			conv = append(conv, fileRange{c.first, min(c.n, fb-c.first)})
 		}
-		in.appendConv = keep
+		if c.first+c.n > fb {
+			lo := max(c.first, fb)
+			keep = append(keep, fileRange{lo, c.first + c.n - lo})
+		}
 	}
-	if len(q.q) == 0 {
-		in.appendConv = nil
-	}
-	q.pending.Store(int32(len(q.q)))
+	in.appendConv = keep
 	var err error
 	dirty := false
 	switch {
-	case len(run) == 0:
 	case len(conv) > 0:
 		dirty, err = in.convertWrittenLocked(conv, end, true)
 	case uint64(end) > in.attr.Size:
@@ -451,22 +477,21 @@ func (in *inode) publishAppendsLocked(run []*appendRes) error {
 	return err
 }
 
-// finish ends append p once it is published (or given back), with perr,
-// the publication's error, if p's own is nil. A direct append's request
+// finish ends append p once it is published (or given back), with
+// p.perr, the publication's error, if p's own is nil. A direct append's request
 // finishes (finishAppended: on this goroutine if self, the caller's own
 // completion, else on its own, since it may sync): it drops the cached
 // pages of its range, which a reader may have filled with zeros past the
 // size it saw, then unlocks its blocks, so that no later append can dirty
 // such a page before it is dropped. A buffered append's blocks are
 // unlocked and its waiter woken.
-func (p *appendRes) finish(perr error, self bool) {
+func (p *appendRes) finish(self bool) {
 	rng := p.rng
 	p.rng = nil
 	err := p.err
 	if err == nil {
-		err = perr
+		err = p.perr
 	}
-	p.perr = perr
 	switch {
 	case p.op != nil && self:
 		p.op.finishAppended(rng, err)

@@ -416,7 +416,7 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool, rng *i
 		return 0, err
 	}
 	op := newDioOp(in, k)
-	conv, err := in.planWrite(op, k.buf, k.off, k.nowait)
+	conv, err := in.planWrite(op, k.buf, k.off, k.nowait, 0)
 	if err != nil {
 		unlock()
 		op.free()
@@ -449,8 +449,11 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool, rng *i
 // extents that the write covers only partly are written whole, with zeros
 // around the caller's bytes (head and tail zeroing), from a bounce buffer.
 // It returns the unwritten block ranges to convert at completion. With
-// nowait, a hole gives EAGAIN (allocation may block).
-func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool) ([]fileRange, error) {
+// nowait, a hole gives EAGAIN (allocation may block). When it allocates,
+// it also allocates the holes up to file block allocTo, if that is past
+// the range (a parallel append allocating for the appends reserved after
+// it, which would each commit an allocation of their own otherwise).
+func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool, allocTo uint64) ([]fileRange, error) {
 	fs := in.fs
 	b := &op.b
 	end := off + int64(len(buf))
@@ -474,7 +477,8 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool) ([]fil
 			in.mu.Unlock()
 			return nil, fs.nowaitEAGAIN(nwAllocate)
 		}
-		err := fs.transact(func(t *txn) error { return in.allocateLocked(t, first, nb, 0) })
+		n := max(nb, allocTo-min(allocTo, first))
+		err := fs.transact(func(t *txn) error { return in.allocateLocked(t, first, n, 0) })
 		if err != nil {
 			in.mu.Unlock()
 			return nil, err
