@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/iolock"
+	"github.com/sluicefs/sluice/meta"
 )
 
 // Parallel appends (Policy.ParallelAppends): no kernel file system does
@@ -168,6 +169,71 @@ func (q *appendQueue) reservedBlocks(blockSize int64) uint64 {
 	return uint64(roundUp(q.end, blockSize) / blockSize)
 }
 
+// Speculative preallocation bounds, in bytes (XFS's is dynamic too, up to
+// 8 GiB; appends here need only enough to keep allocation commits rare).
+const (
+	specPreallocMin = 64 << 10
+	specPreallocMax = 1 << 20
+)
+
+// appendAllocTo returns the file block up to which a direct append r that
+// must allocate allocates (planWrite): every append reserved after it, and
+// then ahead of them as much as the file's size, between 64 KiB and 1 MiB
+// (XFS's speculative preallocation past EOF), so that appenders commit an
+// allocation once in a while instead of once each. It records the
+// preallocation in in.specEnd for the last close to give back what no
+// append wrote; a file with a fallocate past EOF gets none.
+func (in *inode) appendAllocTo(r *appendRes) uint64 {
+	fs := in.fs
+	to := in.appends.reservedBlocks(fs.blockSize)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.explicitPrealloc {
+		return to
+	}
+	ahead := min(max(int64(in.attr.Size), specPreallocMin), specPreallocMax)
+	to = max(to, uint64(roundUp(r.end+ahead, fs.blockSize)/fs.blockSize))
+	in.specEnd = max(in.specEnd, to)
+	return to
+}
+
+// trimSpeculative gives back the blocks past EOF that appends allocated
+// ahead and nothing wrote (xfs_free_eofblocks at the last close): the
+// unwritten extents between the EOF block and in.specEnd.
+func (in *inode) trimSpeculative() error {
+	fs := in.fs
+	in.mu.Lock()
+	spec := in.specEnd
+	in.mu.Unlock()
+	if spec == 0 || fs.writable() != nil {
+		return nil // read-only or shut down: they stay, unwritten
+	}
+	in.lockSpace()
+	defer in.io.Unlock(iolock.Exclusive)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	m, err := in.extentsLocked()
+	if err != nil || in.specEnd == 0 || in.explicitPrealloc {
+		return err
+	}
+	fb := uint64(roundUp(int64(in.attr.Size), fs.blockSize) / fs.blockSize)
+	spec, in.specEnd = in.specEnd, 0
+	if spec <= fb {
+		return nil
+	}
+	return fs.transact(func(t *txn) error {
+		for _, sg := range m.Lookup(fb, spec-fb, nil) {
+			if sg.Hole || sg.State == meta.Written {
+				continue
+			}
+			if err := t.freeBlocks(m.Remove(sg.FileBlock, sg.Len, t.extents(in.ino))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // mapped reports whether the file blocks [first, first+n) are all
 // allocated (written or unwritten).
 func (in *inode) mapped(first, n uint64) (bool, error) {
@@ -241,7 +307,7 @@ func (in *inode) directAppend(k *kiocb) (int, error) {
 		return fail(err)
 	}
 	op := newDioOp(in, k)
-	conv, err := in.planWrite(op, k.buf, k.off, k.nowait, in.appends.reservedBlocks(fs.blockSize))
+	conv, err := in.planWrite(op, k.buf, k.off, k.nowait, in.appendAllocTo(r))
 	if err != nil {
 		op.free()
 		return fail(err)

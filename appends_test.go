@@ -557,3 +557,62 @@ func TestAppendNoWait(t *testing.T) {
 	}
 	_ = device.AlignedBuf
 }
+
+// TestSpeculativePrealloc: direct appends allocate ahead of EOF, so that a
+// single appender commits about one metadata transaction per append (its
+// publication) rather than two; the last close gives back what no append
+// wrote, and leaves alone blocks that a fallocate placed past EOF.
+func TestSpeculativePrealloc(t *testing.T) {
+	e := policyEnv(t, Concurrent())
+	f := e.mustCreate("/log", O_DIRECT|O_APPEND)
+	e.fs.ResetCounters()
+	const n = 64
+	for i := range n {
+		if _, err := f.Write(record(4096, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.fs.Counters()
+	if c["MetaCommits"] > n+n/8 {
+		t.Fatalf("%d metadata commits for %d appends, want about one each", c["MetaCommits"], n)
+	}
+	a, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Blocks*512 <= n*4096 {
+		t.Fatalf("%d bytes allocated for %d appended: nothing ahead of EOF", a.Blocks*512, n*4096)
+	}
+	checkClean(t, e.fs)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g, err := e.fs.OpenFile("/log", O_RDWR|O_APPEND|O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := g.Stat(); a.Blocks*512 != n*4096 {
+		t.Fatalf("after the last close %d bytes allocated, want %d", a.Blocks*512, n*4096)
+	}
+	// A file with blocks placed past EOF by fallocate keeps them.
+	if err := g.Fallocate(FallocKeepSize, n*4096, 16*4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Write(record(4096, n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.fs.OpenFile("/log", O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := h.Stat(); a.Blocks*512 != (n+16)*4096 {
+		t.Fatalf("fallocated blocks given back: %d bytes allocated, want %d", a.Blocks*512, (n+16)*4096)
+	}
+	if ids := recordsOf(t, mustReadAll(t, h), 4096); len(ids) != n+1 {
+		t.Fatalf("%d records", len(ids))
+	}
+	checkClean(t, e.fs)
+}

@@ -255,9 +255,14 @@ func (f *File) Close() error {
 	fs.files.mu.Unlock()
 	fs.icache.mu.Lock()
 	f.in.opens--
+	last := f.in.opens == 0
 	fs.icache.mu.Unlock()
+	var err error
+	if last {
+		err = f.in.trimSpeculative()
+	}
 	fs.putInode(f.in)
-	return nil
+	return pathErr("close", f.name, err)
 }
 
 // Stat returns the file's attributes.

@@ -74,6 +74,14 @@ type inode struct {
 	// wbBusy holds the file blocks under writeback, each with a channel
 	// closed when it ends (see beginBlockWriteback). Protected by mu.
 	wbBusy map[uint64]chan struct{}
+	// specEnd is the end (a file block) of the blocks that appends
+	// allocated ahead of EOF for the appends to come (appends.go,
+	// speculative preallocation); the last close gives back those still
+	// unwritten past EOF. explicitPrealloc says a fallocate placed blocks
+	// past EOF itself: appends then allocate nothing ahead, and nothing is
+	// given back. Protected by mu.
+	specEnd          uint64
+	explicitPrealloc bool
 	// appendConv holds blocks past EOF that writeback wrote for a buffered
 	// append not yet published: they stay unwritten until the append's
 	// publication converts them, so that no written block ever lies past

@@ -115,6 +115,11 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 	bs := fs.blockSize
 	old := in.size()
 	keep := mode&FallocKeepSize != 0
+	if keep && mode&(FallocPunchHole|FallocZeroRange) == 0 && end > old {
+		in.mu.Lock()
+		in.explicitPrealloc = true // no speculative blocks to give back
+		in.mu.Unlock()
+	}
 	if mode&(FallocPunchHole|FallocZeroRange) != 0 {
 		if err := in.invalidateRange(off, end); err != nil {
 			return err
