@@ -131,7 +131,7 @@ func (in *inode) reserveAppend(k *kiocb) (*appendRes, error) {
 	first, nb := fs.blockRange(off, end)
 	r := &appendRes{in: in, off: off, end: end}
 	if k.nowait {
-		if k.direct && in.cachedInRange(off, end) {
+		if k.direct && in.cachedInRange(in.wholeBlocks(off, end)) {
 			return nil, fs.nowaitEAGAIN(nwCachedPages)
 		}
 		mapped, err := in.mapped(first, nb)
@@ -303,7 +303,7 @@ func (in *inode) directAppend(k *kiocb) (int, error) {
 		in.appendEnded(r, 0, err)
 		return 0, err
 	}
-	if err := in.invalidateRange(r.off, r.end); err != nil {
+	if err := in.invalidateRange(in.wholeBlocks(r.off, r.end)); err != nil {
 		return fail(err)
 	}
 	op := newDioOp(in, k)

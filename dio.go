@@ -405,13 +405,14 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool, rng *i
 		}
 		in.io.Unlock(mode)
 	}
-	if k.nowait && in.cachedInRange(k.off, end) {
+	lo, hi := in.wholeBlocks(k.off, end)
+	if k.nowait && in.cachedInRange(lo, hi) {
 		// Invalidating cached pages may wait for their locks or their
 		// writeback (kiocb_invalidate_pages gives -EAGAIN under NOWAIT).
 		unlock()
 		return 0, fs.nowaitEAGAIN(nwCachedPages)
 	}
-	if err := in.invalidateRange(k.off, end); err != nil {
+	if err := in.invalidateRange(lo, hi); err != nil {
 		unlock()
 		return 0, err
 	}
@@ -440,6 +441,19 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool, rng *i
 		return 0, errQueued // op belongs to the completion now
 	}
 	return op.wait()
+}
+
+// wholeBlocks returns [off, end) widened to whole blocks: the range whose
+// cached pages a direct write writes back and drops before its I/O. A
+// sub-block write into an unwritten block writes the whole block, zeros
+// around its bytes (planWrite), so a dirty page of the same block outside
+// its bytes (blocks larger than pages) must reach the device first: its
+// writeback, racing the direct write, would write the whole block too,
+// and the one landing last would wipe the other
+// (TestTargetedDirectWriteVsWritebackOfOneBlock).
+func (in *inode) wholeBlocks(off, end int64) (lo, hi int64) {
+	bs := in.fs.blockSize
+	return roundDown(off, bs), roundUp(end, bs)
 }
 
 // planWrite maps the byte range [off, off+len(buf)) for a direct write and
