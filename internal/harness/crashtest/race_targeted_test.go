@@ -238,8 +238,9 @@ func TestTargetedRewriteDuringWriteback(t *testing.T) {
 // writes of the block are in flight at once, and the one that lands last
 // wins: the direct write's data or the buffered page (then clean in the
 // cache, never written again) is lost, without a crash. Gates hold both
-// block writes and let them land in either order. Concurrent direct and
-// buffered appends to one file with 16 KiB blocks found it.
+// block writes and let them land in either order.
+// TestTargetedConcurrentAppends (mixed direct and buffered appenders,
+// 16 KiB blocks) found it.
 func TestTargetedDirectWriteVsWritebackOfOneBlock(t *testing.T) {
 	const bs, ps = 16384, 4096
 	for _, writebackLast := range []bool{true, false} {

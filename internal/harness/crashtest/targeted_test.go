@@ -39,7 +39,9 @@ var knownBugs = map[string]string{
 }
 
 // bugDirectWriteVsWriteback is the lost write TestTargetedDirectWriteVsWritebackOfOneBlock
-// shows (not filed yet: replace this note with its tracker entry).
+// shows (not filed yet: replace this note with its tracker entry). While it
+// is open, TestTargetedConcurrentAppends steers around it: its mixed cases
+// keep blocks of the page size. Set it to "" when the bug is fixed.
 const bugDirectWriteVsWriteback = "lost write: a sub-block O_DIRECT write into a new block and the writeback of another page of that block write the whole block at once (pages smaller than blocks)"
 
 // checker reports the failures of a targeted test, as errors or, for a
