@@ -24,8 +24,9 @@ var (
 )
 
 // ciSequences is how many sequences a plain `go test` runs: about 20 s
-// with -race on two idle CPUs (-short runs 10).
-const ciSequences = 48
+// with -race on two idle CPUs (-short runs 10). Each runs on three or four
+// engines (policiesFor); 48 sequences on two engines took as long.
+const ciSequences = 32
 
 // metaConfig is one configuration a sequence runs in. The seed chooses it.
 type metaConfig struct {
