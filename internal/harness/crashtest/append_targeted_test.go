@@ -83,8 +83,8 @@ type appendCrash struct {
 
 // TestTargetedConcurrentAppends runs every appendCase under Concurrent()
 // and Seeds() (ParallelAppends and BlockRangeExclusion on and off), and
-// without -short also under Classic() and Classic() with ParallelAppends,
-// for -crashtest.appendseeds seeds each.
+// without -short also under Classic() with ParallelAppends, for
+// -crashtest.appendseeds seeds each.
 func TestTargetedConcurrentAppends(t *testing.T) {
 	seeds := []uint64{}
 	if *flagAppendSeed != 0 {
@@ -102,7 +102,7 @@ func TestTargetedConcurrentAppends(t *testing.T) {
 	if !testing.Short() {
 		pa := sluice.Classic()
 		pa.ParallelAppends = true
-		pols = append(pols, sluice.Classic(), pa)
+		pols = append(pols, pa)
 	}
 	if bugDirectWriteVsWriteback != "" {
 		t.Logf("the mixed cases keep 4 KiB blocks while a known engine bug is open: %s", bugDirectWriteVsWriteback)

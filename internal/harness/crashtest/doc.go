@@ -95,8 +95,7 @@
 // where the record was not durable yet are allowed by the durability rules
 // and counted (-crashtest.appendstrict fails them). The cases run under
 // Concurrent() and Seeds() (ParallelAppends on and off), and without -short
-// under Classic() with and without ParallelAppends; the soak build runs
-// more seeds.
+// under Classic() with ParallelAppends; the soak build runs more seeds.
 //
 // # Running
 //
