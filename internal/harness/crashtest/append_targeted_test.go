@@ -725,7 +725,7 @@ func checkAppendCrash(c *checker, opts sluice.Options, img *Image, cr *appendCra
 	// that returned; and every direct append that returned before a sync
 	// point (an fsync or an RWFDsync append) that completed (a sync point
 	// makes every completed direct write durable).
-	var fsyncFrom, syncFrom int64 = -1, -1
+	fsyncFrom := int64(-1)
 	for _, ws := range syncs {
 		for _, w := range ws {
 			if w.s1 < cr.c0 {
@@ -733,7 +733,7 @@ func checkAppendCrash(c *checker, opts sluice.Options, img *Image, cr *appendCra
 			}
 		}
 	}
-	syncFrom = fsyncFrom
+	syncFrom := fsyncFrom
 	for _, rs := range recs {
 		for _, r := range rs {
 			if r.dsync && r.err == nil && r.t1 < cr.c0 {
@@ -779,13 +779,15 @@ func checkAppendCrash(c *checker, opts sluice.Options, img *Image, cr *appendCra
 		case slotTorn:
 			torn++
 		}
-		what := kind.String()
-		if kind != slotBad && why != "" {
-			fail("record %d (offset %d), %s, %s, reads %s", k, k*recBytes, r, why, what)
-		} else if kind != slotBad && *flagAppendStrict {
-			fail("(strict) record %d (offset %d), %s, not durable yet, reads %s inside the size %d", k, k*recBytes, r, what, size)
+		if kind == slotBad {
+			continue
 		}
-		if kind != slotBad && len(shown) < 8 {
+		switch what := kind.String(); {
+		case why != "":
+			fail("record %d (offset %d), %s, %s, reads %s", k, k*recBytes, r, why, what)
+		case *flagAppendStrict:
+			fail("(strict) record %d (offset %d), %s, not durable yet, reads %s inside the size %d", k, k*recBytes, r, what, size)
+		case len(shown) < 8:
 			shown = append(shown, fmt.Sprintf("%d:%s=%s", k, recName(id), what))
 		}
 	}
