@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/device/faultdev"
 )
 
 // Concurrent appends to one file, crashed while they run
@@ -78,7 +79,10 @@ type appendCrash struct {
 	l0     int64  // the clock before the live read
 	live   []byte // the file as a read just before the crash returned it
 	c0, c1 int64  // the clock before and after Env.Crash
-	img    *Image
+	// inFlight is the number of appends called and not returned just
+	// before the crash.
+	inFlight int64
+	img      *Image
 }
 
 // TestTargetedConcurrentAppends runs every appendCase under Concurrent()
@@ -127,6 +131,10 @@ type appendEnv struct {
 	points     int
 	fsyncEvery int // an fsyncing appender fsyncs after about one append in fsyncEvery
 	dsyncEvery int // about one append in dsyncEvery is RWFDsync
+	// writeLatency, if not 0, delays each device write by up to this
+	// much (faultdev.Uniform), so that appends in flight together
+	// complete out of order.
+	writeLatency time.Duration
 }
 
 func deriveAppendEnv(ac appendCase, seed uint64) appendEnv {
@@ -140,12 +148,15 @@ func deriveAppendEnv(ac appendCase, seed uint64) appendEnv {
 	if ac.recBytes >= 4096 && rng.IntN(4) == 0 {
 		e.ioUnit = 4096 // direct appends need EOF aligned to the unit: 4 KiB records keep it so
 	}
+	if rng.IntN(2) == 0 {
+		e.writeLatency = 200 * time.Microsecond
+	}
 	return e
 }
 
 func (e appendEnv) String() string {
-	return fmt.Sprintf("seed=%d appenders=%d block=%d iounit=%d points=%d fsync_every=%d dsync_every=%d",
-		e.seed, e.appenders, e.blockSize, e.ioUnit, e.points, e.fsyncEvery, e.dsyncEvery)
+	return fmt.Sprintf("seed=%d appenders=%d block=%d iounit=%d points=%d fsync_every=%d dsync_every=%d write_latency=%v",
+		e.seed, e.appenders, e.blockSize, e.ioUnit, e.points, e.fsyncEvery, e.dsyncEvery, e.writeLatency)
 }
 
 // recordBuf returns the record of id: recBytes/512 sectors, sector j tagged
@@ -268,15 +279,20 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 		t.Fatal(err)
 	}
 	logIno := lf.Ino()
+	if ae.writeLatency > 0 {
+		env.Fault.SetLatency(faultdev.Writes, faultdev.Uniform(0, ae.writeLatency, seed))
+	}
 
 	// The appenders. started and done count appends. An appender waits
-	// before an append while done has reached gate: the crasher stops the
-	// workload at each crash point's target, reads the file, lets the
-	// appenders go on and crashes a few appends later, while they run.
-	var clock, started, done, exited, gate atomic.Int64
+	// before an append while done has reached the gate's limit: the
+	// crasher stops the workload at each crash point's target, reads the
+	// file, lets the appenders go on and crashes a few appends later, while
+	// they run.
+	var clock, started, done, exited atomic.Int64
+	g := newAppendGate(&done)
 	var wg sync.WaitGroup
 	defer func() {
-		gate.Store(1 << 62) // a failed test lets the appenders finish
+		g.set(1 << 62) // a failed test lets the appenders finish
 		wg.Wait()
 	}()
 	recs := make([][]appendRec, ae.appenders)
@@ -314,9 +330,7 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 					r.dsync = true
 				}
 				buf := recordBuf(r.id, ac.recBytes)
-				for done.Load() >= gate.Load() {
-					time.Sleep(20 * time.Microsecond)
-				}
+				g.wait()
 				started.Add(1)
 				r.t0 = clock.Add(1)
 				// The offset is ignored (O_APPEND, RWFAppend): give a wrong one.
@@ -359,7 +373,7 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 		span := total / int64(ae.points+1)
 		targets = append(targets, span*(i+1)+rng.Int64N(span/2+1)-span/4)
 	}
-	gate.Store(targets[0])
+	g.set(targets[0])
 	reader, err := fs.OpenFile("/log", sluice.O_RDONLY|sluice.O_DIRECT, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -387,11 +401,12 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 		}
 	}()
 	deadline := time.Now().Add(appendsWait)
-	for pi, target := range targets {
-		for done.Load() < target && exited.Load() < int64(ae.appenders) && time.Now().Before(deadline) {
+	running := func() bool { return exited.Load() < int64(ae.appenders) && time.Now().Before(deadline) }
+	for pi := range targets {
+		for done.Load() < g.limit() && running() {
 			time.Sleep(20 * time.Microsecond)
 		}
-		if done.Load() >= total || exited.Load() == int64(ae.appenders) {
+		if done.Load() >= total || !running() {
 			break // the workload ended: no crash while it runs
 		}
 		pseed := pointSeed(seed, pi+1)
@@ -405,15 +420,21 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 		if cr.live, err = liveRead(rd); err != nil {
 			t.Fatalf("live read: %v", err)
 		}
-		// Go on (to the next target at most), and crash a few appends
-		// later: while some are in flight.
+		// Go on (to the next target at most, and far enough to crash
+		// before it), and crash a few appends later, while some (want) are
+		// in flight.
 		next := total
 		if pi+1 < len(targets) {
-			next = targets[pi+1]
+			next = min(total, max(targets[pi+1], done.Load()+int64(4*ae.appenders)))
 		}
-		gate.Store(next)
-		for until := min(next, done.Load()+1+prng.Int64N(int64(ae.appenders))); done.Load() < until && exited.Load() < int64(ae.appenders); {
-			time.Sleep(20 * time.Microsecond)
+		g.set(next)
+		until := done.Load() + 1 + prng.Int64N(int64(ae.appenders))
+		want := 1 + prng.Int64N(max(1, (int64(ae.appenders)-exited.Load())/2))
+		for wait := time.Now().Add(time.Second); running() && time.Now().Before(wait) && done.Load() < next; {
+			if done.Load() >= until && started.Load()-done.Load() >= want {
+				break
+			}
+			time.Sleep(10 * time.Microsecond)
 		}
 		var m MetaCrash
 		commits, synced := env.KV.Commits()
@@ -424,7 +445,7 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 		}
 		fate, fdesc := deviceFate(pseed, false)
 		doneAt := done.Load()
-		inFlight := started.Load() - doneAt
+		cr.inFlight = started.Load() - doneAt
 		cr.c0 = clock.Add(1)
 		cr.img, err = env.Crash(pseed, fate, m)
 		cr.c1 = clock.Add(1)
@@ -432,10 +453,10 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 			t.Fatalf("crashing: %v", err)
 		}
 		cr.desc = fmt.Sprintf("crash point %d (after %d of %d appends, %d in flight; %d commits, %d synced): %v, %s",
-			pi+1, doneAt, total, inFlight, commits, synced, m, fdesc)
+			pi+1, doneAt, total, cr.inFlight, commits, synced, m, fdesc)
 		crashes = append(crashes, cr)
 	}
-	gate.Store(total)
+	g.set(total)
 	wgDone := make(chan struct{})
 	go func() { wg.Wait(); close(wgDone) }()
 	select {
@@ -476,12 +497,14 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 	}
 
 	// Each crash image.
-	var zeroed, torn, checked int
+	var zeroed, torn, inFlight int
 	for _, cr := range crashes {
+		if cr.inFlight > 0 {
+			inFlight++
+		}
 		img := cr.img
 		cr.img = nil
 		z, tn, ok := checkAppendCrash(c, env.Opts, img, cr, logIno, ac.recBytes, slots, all, recs, syncs)
-		checked++
 		zeroed += z
 		torn += tn
 		if !ok {
@@ -497,8 +520,55 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 			}
 		}
 	}
-	t.Logf("%d appends (%d RWFDsync), %d fsyncs; %d crash points while they ran; non-durable records inside the size after a crash: %d zeroed, %d torn",
-		total, dsyncs, fsyncs, checked, zeroed, torn)
+	t.Logf("%d appends (%d RWFDsync), %d fsyncs; %d crash points, %d with appends in flight; non-durable records inside the size after a crash: %d zeroed, %d torn",
+		total, dsyncs, fsyncs, len(crashes), inFlight, zeroed, torn)
+}
+
+// appendGate holds the appenders once done reaches its limit, until the
+// crasher raises it.
+type appendGate struct {
+	done *atomic.Int64
+	mu   struct {
+		sync.Mutex
+		limit int64
+		// raised is closed, and replaced, whenever the limit rises.
+		raised chan struct{}
+	}
+}
+
+// newAppendGate returns a gate holding every append until set.
+func newAppendGate(done *atomic.Int64) *appendGate {
+	g := &appendGate{done: done}
+	g.mu.raised = make(chan struct{})
+	return g
+}
+
+// wait returns once done is below the limit.
+func (g *appendGate) wait() {
+	for {
+		g.mu.Lock()
+		if g.done.Load() < g.mu.limit {
+			g.mu.Unlock()
+			return
+		}
+		ch := g.mu.raised
+		g.mu.Unlock()
+		<-ch
+	}
+}
+
+func (g *appendGate) set(limit int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.mu.limit = limit
+	close(g.mu.raised)
+	g.mu.raised = make(chan struct{})
+}
+
+func (g *appendGate) limit() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.limit
 }
 
 // fillStale writes n bytes of tagged data to a file, makes it durable and
