@@ -95,3 +95,9 @@ func (f *File) asyncResult(op string, n int, err error) (int, error) {
 func (f *File) ParallelDirectWrites() bool {
 	return f.flags&O_DIRECT != 0 && f.fs.policy.ParallelDirectWrites
 }
+
+// ParallelAppends reports whether appends to the file (O_APPEND, or
+// RWFAppend) run in parallel (Policy.ParallelAppends), so that an async
+// submission layer need not serialise them per inode either: they reserve
+// their ranges and publish the size in reservation order themselves.
+func (f *File) ParallelAppends() bool { return f.fs.policy.ParallelAppends }

@@ -44,10 +44,12 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 		end := min(k.off+int64(len(k.buf)), size)
 		idx := uint64(pos / ps)
 		p := in.pages.Get(idx)
+		created := false
 		if p == nil {
 			lastIdx := uint64((end - 1) / ps)
 			var err error
 			p, err = in.readahead(idx, lastIdx, size, k.nowait, k.dontcache)
+			created = p != nil
 			if err != nil {
 				if copied > 0 {
 					return int(copied), nil
@@ -59,12 +61,19 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 			}
 		}
 		if !p.Uptodate() {
-			n, err, again := in.waitPageUptodate(k, p, size, copied)
-			in.pages.Release(p)
-			if !again {
-				return n, err
+			n, err, again := in.waitPageUptodate(k, p, copied)
+			if !again || !p.Uptodate() || p.Removed() && !created {
+				in.pages.Release(p)
+				if !again {
+					return n, err
+				}
+				continue
 			}
-			continue
+			// Uptodate now. A page this read created may no longer be
+			// cached (uncacheEOFPage), but it was read after size was
+			// sampled, so its bytes are the file's up to size; a page
+			// another read created and that is gone may have been read
+			// at a smaller size, and is looked up again.
 		}
 		from := pos - int64(idx)*ps
 		n := copy(k.buf[copied:end-k.off], p.Data[from:])
@@ -79,7 +88,7 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 // waitPageUptodate deals with a page that is not uptodate during a
 // buffered read. again says to look the page up again; otherwise n, err
 // end the read.
-func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, size, copied int64) (n int, err error, again bool) {
+func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, copied int64) (n int, err error, again bool) {
 	if p.Locked() {
 		switch {
 		case k.asyncRetry != nil:
@@ -127,7 +136,7 @@ func (in *inode) waitPageUptodate(k *kiocb, p *pagecache.Page, size, copied int6
 	}
 	p.Lock()
 	if !p.Removed() && !p.Uptodate() {
-		err = in.readPageLocked(p, size)
+		err = in.readPageLocked(p)
 	}
 	p.Unlock()
 	if err != nil {
@@ -214,7 +223,7 @@ func (in *inode) readahead(idx, last uint64, size int64, nowait, dontcache bool)
 		pages = append(pages, p)
 	}
 	if len(pages) > 0 {
-		in.startPageReads(pages, size)
+		in.startPageReads(pages)
 	}
 	return first, nil
 }
@@ -233,14 +242,22 @@ func (in *inode) takeReadErr(idx uint64) error {
 // startPageReads reads locked, referenced pages in from the device
 // asynchronously, then marks them uptodate (or carrying the error, removed
 // so that the next reader retries), unlocks and releases them. The mapping
-// is looked up with the pages already locked, so an extent conversion
-// racing the read is followed by an invalidation that waits for them.
-func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
+// and the size (past which a page reads as zeros) are looked up with the
+// pages already locked, so an extent conversion or a size published racing
+// the read (a direct write's completion, an append's publication) is
+// followed by an invalidation that waits for them: a page never keeps
+// zeros that a size published before its read began covers.
+func (in *inode) startPageReads(pages []*pagecache.Page) {
 	fs := in.fs
 	for _, p := range pages {
 		p.Handoff() // the read's completion unlocks it
 	}
 	ps := int64(fs.cache.PageSize())
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	size := int64(in.attr.Size)
+	appending := in.appends.pending.Load() > 0
+	in.mu.Unlock()
 	finish := func(p *pagecache.Page, err error) {
 		if err != nil {
 			in.mu.Lock()
@@ -254,15 +271,13 @@ func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 		} else {
 			if pglen := in.pageLen(p.Index, size); pglen < int(ps) {
 				clear(p.Data[pglen:])
+				in.uncacheEOFPage(p, appending)
 			}
 			p.SetUptodate()
 		}
 		p.Unlock()
 		in.pages.Release(p)
 	}
-	in.mu.Lock()
-	m, err := in.extentsLocked()
-	in.mu.Unlock()
 	if err != nil {
 		for _, p := range pages {
 			finish(p, err)
@@ -299,6 +314,26 @@ func (in *inode) startPageReads(pages []*pagecache.Page, size int64) {
 	in.readGeneral(general, finish)
 }
 
+// uncacheEOFPage takes page p, locked and just read, which holds EOF (its
+// bytes past the size it was read at are zeros), out of the cache if
+// appends were in flight when it was read: an append's publication could
+// raise the size over those zeros after the page was read and before the
+// append's own invalidation drops it, and a reader in between would copy
+// them. The read that created p still copies from it (bufferedRead),
+// within the size it sampled before, which is no larger than the one p was
+// read at; other readers read the page again. Appends keep every page they touch exact:
+// a direct append drops the cached pages of its range, before its I/O and
+// after its publication, holding its blocks; a buffered one writes into
+// them.
+//
+// Preconditions: p is locked.
+func (in *inode) uncacheEOFPage(p *pagecache.Page, appending bool) {
+	if appending {
+		in.pages.Remove(p)
+		in.fs.counters.AppendEOFPagesUncached.Add(1)
+	}
+}
+
 // readGeneral reads, each run in its own goroutine, the locked pages
 // (ascending) that need readRangeInto: a page whose blocks map to several
 // extents, or any page on a device whose I/O unit is larger than a page.
@@ -321,7 +356,7 @@ func (in *inode) readGeneral(pages []*pagecache.Page, finish func(*pagecache.Pag
 			if len(run) > 1 {
 				buf = device.AlignedBuf(len(run) * int(ps))
 			}
-			err := in.readRangeInto(buf, int64(run[0].Index)*ps)
+			_, err := in.readRangeInto(buf, int64(run[0].Index)*ps)
 			for i, p := range run {
 				if err == nil && len(run) > 1 {
 					copy(p.Data, buf[int64(i)*ps:])
@@ -367,9 +402,33 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 		in.io.Unlock(iolock.Exclusive)
 		return 0, nil
 	}
+	done, err := in.copyToPages(k, true)
+	in.io.Unlock(iolock.Exclusive)
+	if done == 0 {
+		return 0, err
+	}
+	return in.bufferedWriteDone(k, done)
+}
+
+// copyToPages copies k's bytes into the page cache at k.off, page by page,
+// reserving space for the blocks it dirties over holes (delayed
+// allocation), and returns how many it copied: fewer than asked only with
+// an error. With publish (a buffered write under the exclusive lock) it
+// raises the size as it goes, so that pages after the first are judged
+// against the new EOF; without (a parallel append, whose size its
+// publication raises in reservation order) every page is judged against
+// k.off, which every byte before it will have reached by then.
+//
+// Preconditions: in.io is held exclusive, or shared with k's blocks held in
+// in.ranges (a parallel append).
+func (in *inode) copyToPages(k *kiocb, publish bool) (int64, error) {
+	fs := in.fs
 	ps := int64(fs.cache.PageSize())
 	end := k.off + int64(len(k.buf))
 	size := in.size()
+	if !publish {
+		size = k.off
+	}
 	done := int64(0)
 	var err error
 	for pos := k.off; pos < end; {
@@ -391,7 +450,7 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 		pos += int64(to - from)
 		// Publish the size as the write proceeds, so that pages after
 		// this one are judged against the new EOF.
-		if pos > size {
+		if publish && pos > size {
 			in.mu.Lock()
 			if uint64(pos) > in.attr.Size {
 				in.attr.Size = uint64(pos)
@@ -402,10 +461,14 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 			fs.markDirty(in)
 		}
 	}
-	in.io.Unlock(iolock.Exclusive)
-	if done == 0 {
-		return 0, err
-	}
+	return done, err
+}
+
+// bufferedWriteDone is what a buffered write that copied done bytes does
+// after it released the I/O lock: write them through and sync for
+// O_DSYNC, or start their writeback for an uncached write.
+func (in *inode) bufferedWriteDone(k *kiocb, done int64) (int, error) {
+	fs := in.fs
 	if k.dsync {
 		if err := in.writeback(k.off, k.off+done, true); err != nil {
 			return 0, err
@@ -503,9 +566,10 @@ func (in *inode) dropCleanLocked(p *pagecache.Page) {
 	}
 }
 
-// writePage copies data into bytes [from, to) of page idx.
+// writePage copies data into bytes [from, to) of page idx; size is the EOF
+// the page is judged against (readBeforeWrite).
 //
-// Preconditions: in.io is held exclusive.
+// Preconditions: as copyToPages.
 func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait, dontcache bool) error {
 	for {
 		p, created, err := in.pages.GetOrCreate(idx, nowait)
@@ -558,7 +622,7 @@ func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, s
 			return fs.nowaitEAGAIN(nwPageRead)
 		}
 		// The pending bytes, if any, are kept; the page becomes uptodate.
-		if err := in.readPageLocked(p, size); err != nil {
+		if err := in.readPageLocked(p); err != nil {
 			return err
 		}
 	}
@@ -586,10 +650,11 @@ func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, s
 
 // readPageLocked reads page p in from the device, keeping any valid
 // (pending-write) bytes it holds, and marks it uptodate. Bytes past EOF
-// read as zero.
+// (the size when the read looked the mapping up, with p locked: see
+// startPageReads) read as zero.
 //
 // Preconditions: p is locked.
-func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
+func (in *inode) readPageLocked(p *pagecache.Page) error {
 	ps := len(p.Data)
 	pos := int64(p.Index) * int64(ps)
 	vf, vt := p.Valid()
@@ -598,7 +663,8 @@ func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
 	if partial {
 		tmp = device.AlignedBuf(ps)
 	}
-	if err := in.readRangeInto(tmp, pos); err != nil {
+	size, err := in.readRangeInto(tmp, pos)
+	if err != nil {
 		if !p.Dirty() {
 			// Nothing to keep: drop the page so that the next reader
 			// tries the device again instead of inheriting this error.
@@ -621,15 +687,17 @@ func (in *inode) readPageLocked(p *pagecache.Page, size int64) error {
 // readRangeInto fills buf (whole pages, page-aligned in the file at pos)
 // with the file's bytes from the device: holes and unwritten extents are
 // zeros. On a device whose I/O unit is larger than buf, the unit is read
-// into a bounce buffer.
-func (in *inode) readRangeInto(buf []byte, pos int64) error {
+// into a bounce buffer. It returns the size as it was when it looked the
+// mapping up.
+func (in *inode) readRangeInto(buf []byte, pos int64) (size int64, err error) {
 	fs := in.fs
 	end := pos + int64(len(buf))
 	in.mu.Lock()
 	m, err := in.extentsLocked()
+	size = int64(in.attr.Size)
 	if err != nil {
 		in.mu.Unlock()
-		return err
+		return size, err
 	}
 	first, nb := fs.blockRange(pos, end)
 	segs := m.Lookup(first, nb, nil)
@@ -656,12 +724,12 @@ func (in *inode) readRangeInto(buf []byte, pos int64) error {
 			err := device.ReadAt(fs.dev, bounce, ubase)
 			in.fillNeighbourPages(nb, bounce, fbase, err)
 			if err != nil {
-				return eio(err)
+				return size, eio(err)
 			}
 			copy(part, bounce[devOff-ubase:])
 			continue
 		}
 		b.add(device.OpRead, part, devOff)
 	}
-	return b.run()
+	return size, b.run()
 }

@@ -18,9 +18,22 @@ type fileRange struct{ first, n uint64 }
 // racing completions leave the largest end) and records the inode. The
 // inode joins the dirty set while conversions are pending.
 func (in *inode) convertWritten(conv []fileRange, end int64, publish bool) error {
-	fs := in.fs
 	in.mu.Lock()
-	err := fs.transact(func(t *txn) error {
+	dirty, err := in.convertWrittenLocked(conv, end, publish)
+	in.mu.Unlock()
+	if dirty {
+		in.fs.markDirty(in)
+	}
+	return err
+}
+
+// convertWrittenLocked is convertWritten, reporting instead of doing
+// whether the inode must join the dirty set (conversions are pending).
+//
+// Preconditions: in.mu is held.
+func (in *inode) convertWrittenLocked(conv []fileRange, end int64, publish bool) (dirty bool, err error) {
+	fs := in.fs
+	err = fs.transact(func(t *txn) error {
 		epoch := fs.convEpoch.Load()
 		for _, r := range conv {
 			in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
@@ -34,9 +47,39 @@ func (in *inode) convertWritten(conv []fileRange, end int64, publish bool) error
 		}
 		return nil
 	})
-	pending := in.ext != nil && in.ext.Pending()
+	return in.ext != nil && in.ext.Pending(), err
+}
+
+// convertWrittenBack converts the unwritten blocks a writeback wrote. While
+// appends are in flight, blocks that lie wholly past the size belong to a
+// buffered append not yet published: they stay unwritten, recorded in
+// in.appendConv, and the append's publication converts them, so that the
+// metadata never says written past the size (appends.go).
+func (in *inode) convertWrittenBack(conv []fileRange) error {
+	fs := in.fs
+	in.mu.Lock()
+	if in.appends.pending.Load() > 0 {
+		fb := uint64(roundUp(int64(in.attr.Size), fs.blockSize) / fs.blockSize)
+		keep := conv[:0:0]
+		for _, c := range conv {
+			if c.first < fb {
+				keep = append(keep, fileRange{c.first, min(c.n, fb-c.first)})
+			}
+			if c.first+c.n > fb {
+				lo := max(c.first, fb)
+				in.appendConv = append(in.appendConv, fileRange{lo, c.first + c.n - lo})
+				fs.counters.AppendConvDeferred.Add(1)
+			}
+		}
+		conv = keep
+	}
+	var dirty bool
+	var err error
+	if len(conv) > 0 {
+		dirty, err = in.convertWrittenLocked(conv, 0, false)
+	}
 	in.mu.Unlock()
-	if pending {
+	if dirty {
 		fs.markDirty(in)
 	}
 	return err

@@ -27,6 +27,13 @@ type Counters struct {
 	LockExclSpace           atomic.Int64 // truncate, fallocate, punch
 	LockUpgrades            atomic.Int64 // shared dropped and retaken exclusive
 	UnalignedEAGAINRetries  atomic.Int64 // overwrite-only attempts that fell back
+	LockRangeUnaligned      atomic.Int64 // sub-block direct writes under a block range (BlockRangeExclusion)
+	LockSharedAppend        atomic.Int64 // parallel appends (shared lock, reserved range)
+	AppendPublishWaits      atomic.Int64 // appends that completed before an earlier one and waited to be published
+	AppendsReleased         atomic.Int64 // failed appends whose reservation was given back (nothing after them)
+	AppendsZeroed           atomic.Int64 // failed appends published as zeros (later appends kept)
+	AppendConvDeferred      atomic.Int64 // writeback conversions past EOF left to an append's publication
+	AppendEOFPagesUncached  atomic.Int64 // EOF pages read while appends were in flight, not kept in the cache
 	NoWaitEAGAIN            atomic.Int64 // NOWAIT requests that gave up (fs.nowaitEAGAIN), by reason below
 	NoWaitLockBusy          atomic.Int64 // the I/O lock was not free
 	NoWaitNeedExclusive     atomic.Int64 // the write needed the lock exclusive
@@ -35,6 +42,7 @@ type Counters struct {
 	NoWaitAllocate          atomic.Int64 // blocks to allocate
 	NoWaitSync              atomic.Int64 // an O_DSYNC write-through
 	NoWaitPageCache         atomic.Int64 // a page busy or to read, or no room in the cache
+	NoWaitRangeBusy         atomic.Int64 // a block range held or queued for
 	Drains                  atomic.Int64 // waits for in-flight direct I/O
 	DirectReads             atomic.Int64
 	DirectWrites            atomic.Int64

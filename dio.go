@@ -168,6 +168,9 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 	if err := in.lockIO(mode, k.nowait); err != nil {
 		return 0, err
 	}
+	if k.append && fs.policy.ParallelAppends {
+		in.drain() // parallel appends in flight move EOF until published
+	}
 	mode, err := in.writeChecks(k, mode)
 	if err != nil {
 		in.io.Unlock(mode)
@@ -184,7 +187,7 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 	}
 	// An append keeps the lock exclusive until its size is published, so
 	// that the next appender sees it: appenders never overlap.
-	return in.submitDirectWrite(k, mode, k.append)
+	return in.submitDirectWrite(k, mode, k.append, nil)
 }
 
 // directWriteUnaligned writes a sub-block range
@@ -201,7 +204,16 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 // exclusive route would be needed.
 func (in *inode) directWriteUnaligned(k *kiocb) (int, error) {
 	fs := in.fs
-	if fs.policy.OptimisticUnalignedWrites && !k.append {
+	if fs.policy.BlockRangeExclusion && !k.append {
+		n, err := in.directWriteRange(k)
+		if err != errNeedExclusive {
+			return n, err
+		}
+		// It extends the file.
+		if k.nowait {
+			return 0, fs.nowaitEAGAIN(nwSubBlockExcl)
+		}
+	} else if fs.policy.OptimisticUnalignedWrites && !k.append {
 		size := in.size()
 		end := k.off + int64(len(k.buf))
 		if k.off <= size && end < size {
@@ -222,6 +234,9 @@ func (in *inode) directWriteUnaligned(k *kiocb) (int, error) {
 	// The exclusive route.
 	in.io.Lock(iolock.Exclusive)
 	fs.counters.LockExclUnaligned.Add(1)
+	if k.append && fs.policy.ParallelAppends {
+		in.drain() // parallel appends in flight move EOF until published
+	}
 	mode, err := in.writeChecks(k, iolock.Exclusive)
 	if err != nil {
 		in.io.Unlock(mode)
@@ -231,7 +246,101 @@ func (in *inode) directWriteUnaligned(k *kiocb) (int, error) {
 	// write into the same unwritten block would zero our bytes (or we
 	// theirs) before either conversion ran (IOMAP_DIO_FORCE_WAIT).
 	in.drain()
-	return in.submitDirectWrite(k, iolock.Exclusive, true)
+	return in.submitDirectWrite(k, iolock.Exclusive, true, nil)
+}
+
+// directWriteRange writes a sub-block range within EOF under block-range
+// exclusion (Policy.BlockRangeExclusion; no kernel does this): the I/O lock
+// is taken shared, and a write that is not a pure overwrite of one written
+// extent (it must allocate, convert an unwritten extent or zero part of a
+// block) locks the blocks it touches (in.ranges) until its conversion is
+// done, instead of draining every direct I/O of the file under the
+// exclusive lock. Two such writes into one block are so ordered, and the
+// second finds the block written; writes into other blocks, and every
+// other shared holder, go on. A pure overwrite takes no range, as seed
+// 000's overwrite-only mode, unless it touches the EOF block while appends
+// may run (see lockEOFBlock). A write that extends the file returns
+// errNeedExclusive, with nothing done: the exclusive route takes it.
+func (in *inode) directWriteRange(k *kiocb) (int, error) {
+	fs := in.fs
+	end := k.off + int64(len(k.buf))
+	if end > in.size() { // unlocked, as the kernel's pos+count > i_size
+		return 0, errNeedExclusive
+	}
+	if err := in.lockIO(iolock.Shared, k.nowait); err != nil {
+		return 0, err
+	}
+	mode, err := in.writeChecks(k, iolock.Shared)
+	if err != nil {
+		in.io.Unlock(mode)
+		return 0, err
+	}
+	if mode == iolock.Exclusive {
+		// The checks took the lock exclusive (privileges to strip): the
+		// exclusive route from here, as if it had been chosen at once.
+		fs.counters.LockExclUnaligned.Add(1)
+		in.drain()
+		return in.submitDirectWrite(k, iolock.Exclusive, true, nil)
+	}
+	// The size only grows under the shared lock, so the write stays
+	// within EOF.
+	overwrite, eofBlock, err := in.subBlockMapping(k.off, end)
+	if err != nil {
+		in.io.Unlock(mode)
+		return 0, err
+	}
+	var rng *iolock.Range
+	if !overwrite || in.lockEOFBlock(eofBlock) {
+		first, nb := fs.blockRange(k.off, end)
+		if rng = in.lockRange(first, nb, k.nowait); rng == nil {
+			in.io.Unlock(mode)
+			return 0, fs.nowaitEAGAIN(nwRangeBusy)
+		}
+		fs.counters.LockRangeUnaligned.Add(1)
+	} else {
+		fs.counters.LockSharedUnaligned.Add(1)
+	}
+	return in.submitDirectWrite(k, mode, false, rng)
+}
+
+// subBlockMapping reports whether [off, end), within EOF, lies in one
+// written extent (so a sub-block write there is a pure overwrite), and
+// whether it touches the block holding EOF when EOF is not block-aligned.
+func (in *inode) subBlockMapping(off, end int64) (overwrite, eofBlock bool, err error) {
+	fs := in.fs
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		return false, false, err
+	}
+	first, nb := fs.blockRange(off, end)
+	var one [2]extmap.Segment
+	segs := m.Lookup(first, nb, one[:0])
+	overwrite = len(segs) == 1 && !segs[0].Hole && segs[0].State == meta.Written
+	size := int64(in.attr.Size)
+	eofBlock = size%fs.blockSize != 0 && uint64(size/fs.blockSize) < first+nb
+	return overwrite, eofBlock, nil
+}
+
+// lockEOFBlock reports whether a sub-block write that touches the EOF
+// block must hold its blocks' range although it overwrites written blocks
+// only: with parallel appends, a buffered append can hold the same block in
+// a page and write it back whole, I/O unit by I/O unit, so the write and
+// the append are ordered by the range (the append holds it until its size
+// is published; the write then writes the page back and drops it before
+// its own I/O).
+func (in *inode) lockEOFBlock(eofBlock bool) bool {
+	return eofBlock && in.fs.policy.ParallelAppends
+}
+
+// lockRange locks the file blocks [first, first+n), or with nowait only if
+// they are free now (nil otherwise).
+func (in *inode) lockRange(first, n uint64, nowait bool) *iolock.Range {
+	if nowait {
+		return in.ranges.TryLock(first, n)
+	}
+	return in.ranges.Lock(first, n)
 }
 
 // errNeedExclusive is the overwrite-only attempt's answer (the kernel's
@@ -255,59 +364,73 @@ func (in *inode) directWriteOverwriteOnly(k *kiocb) (int, error) {
 		return 0, err
 	}
 	end := k.off + int64(len(k.buf))
-	in.mu.Lock()
-	ok := end <= int64(in.attr.Size)
-	if ok {
-		m, err := in.extentsLocked()
-		if err != nil {
-			in.mu.Unlock()
-			in.io.Unlock(mode)
-			return 0, err
-		}
-		first, nb := fs.blockRange(k.off, end)
-		var one [2]extmap.Segment
-		segs := m.Lookup(first, nb, one[:0])
-		ok = len(segs) == 1 && !segs[0].Hole && segs[0].State == meta.Written
+	if end > in.size() {
+		in.io.Unlock(mode)
+		return 0, errNeedExclusive
 	}
-	in.mu.Unlock()
+	ok, eofBlock, err := in.subBlockMapping(k.off, end)
+	if err != nil {
+		in.io.Unlock(mode)
+		return 0, err
+	}
 	if !ok {
 		in.io.Unlock(mode)
 		return 0, errNeedExclusive
 	}
-	return in.submitDirectWrite(k, mode, mode == iolock.Exclusive)
+	var rng *iolock.Range
+	if mode == iolock.Shared && in.lockEOFBlock(eofBlock) {
+		first, nb := fs.blockRange(k.off, end)
+		if rng = in.lockRange(first, nb, k.nowait); rng == nil {
+			in.io.Unlock(mode)
+			return 0, fs.nowaitEAGAIN(nwRangeBusy)
+		}
+	}
+	return in.submitDirectWrite(k, mode, mode == iolock.Exclusive, rng)
 }
 
 // submitDirectWrite maps the range (allocating holes as unwritten), drops
 // cached pages, submits the device writes and arranges the completion.
 // The lock is released after submission, or after completion when wait is
-// set (the exclusive sub-block route and appends).
+// set (the exclusive sub-block route and appends). A block range rng, if
+// not nil, is released at completion, once the conversion is done (or
+// here, on an error).
 //
 // Preconditions: in.io is held in mode; writeChecks ran.
-func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, error) {
+func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool, rng *iolock.Range) (int, error) {
 	fs := in.fs
 	end := k.off + int64(len(k.buf))
+	unlock := func() {
+		if rng != nil {
+			in.ranges.Unlock(rng)
+		}
+		in.io.Unlock(mode)
+	}
 	if k.nowait && in.cachedInRange(k.off, end) {
 		// Invalidating cached pages may wait for their locks or their
 		// writeback (kiocb_invalidate_pages gives -EAGAIN under NOWAIT).
-		in.io.Unlock(mode)
+		unlock()
 		return 0, fs.nowaitEAGAIN(nwCachedPages)
 	}
 	if err := in.invalidateRange(k.off, end); err != nil {
-		in.io.Unlock(mode)
+		unlock()
 		return 0, err
 	}
 	op := newDioOp(in, k)
-	conv, err := in.planWrite(op, k.buf, k.off, k.nowait)
+	conv, err := in.planWrite(op, k.buf, k.off, k.nowait, 0)
 	if err != nil {
-		in.io.Unlock(mode)
+		unlock()
 		op.free()
 		return 0, err
 	}
 	op.write, op.off, op.end, op.conv, op.mode, op.holdLock = true, k.off, end, conv, mode, wait
+	op.rng = rng
 	async := k.done != nil
 	in.dioBegin()
 	if wait {
 		in.io.Handoff() // finishWrite unlocks it
+	}
+	if rng != nil {
+		in.ranges.Handoff(rng) // finishWrite unlocks it
 	}
 	op.b.submit()
 	if !wait {
@@ -326,8 +449,11 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool) (int, 
 // extents that the write covers only partly are written whole, with zeros
 // around the caller's bytes (head and tail zeroing), from a bounce buffer.
 // It returns the unwritten block ranges to convert at completion. With
-// nowait, a hole gives EAGAIN (allocation may block).
-func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool) ([]fileRange, error) {
+// nowait, a hole gives EAGAIN (allocation may block). When it allocates,
+// it also allocates the holes up to file block allocTo, if that is past
+// the range (a parallel append allocating for the appends reserved after
+// it, which would each commit an allocation of their own otherwise).
+func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool, allocTo uint64) ([]fileRange, error) {
 	fs := in.fs
 	b := &op.b
 	end := off + int64(len(buf))
@@ -351,7 +477,8 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool) ([]fil
 			in.mu.Unlock()
 			return nil, fs.nowaitEAGAIN(nwAllocate)
 		}
-		err := fs.transact(func(t *txn) error { return in.allocateLocked(t, first, nb, 0) })
+		n := max(nb, allocTo-min(allocTo, first))
+		err := fs.transact(func(t *txn) error { return in.allocateLocked(t, first, n, 0) })
 		if err != nil {
 			in.mu.Unlock()
 			return nil, err
@@ -407,7 +534,7 @@ func (op *dioOp) batchDone(err error) {
 		return
 	}
 	in := op.in
-	if len(op.conv) > 0 || op.k.dsync || op.extends || in.pages.Len() > 0 {
+	if len(op.conv) > 0 || op.k.dsync || op.extends || in.pages.Len() > 0 || op.app != nil {
 		// Work that may block (a metadata commit, a sync, page
 		// invalidation) runs off the device's completion goroutine,
 		// like the kernel's s_dio_done_wq.
@@ -419,7 +546,16 @@ func (op *dioOp) batchDone(err error) {
 
 func (op *dioOp) finishWrite(err error) {
 	in := op.in
+	if op.app != nil {
+		// A parallel append: its publication, in reservation order,
+		// converts and publishes, then calls finishAppended.
+		op.app.written(op, err)
+		return
+	}
 	in.finishDirectWrite(op.off, op.end, op.conv, op.extends, err)
+	if op.rng != nil {
+		in.ranges.Unlock(op.rng)
+	}
 	if err == nil && op.k.dsync {
 		err = in.fs.group.sync()
 	}
@@ -431,6 +567,35 @@ func (op *dioOp) finishWrite(err error) {
 	} else {
 		op.complete(int(op.end-op.off), nil)
 	}
+}
+
+// finishAppended ends a parallel append's request once the append's range
+// is published (appends.go): cached pages of the range are dropped again
+// while its blocks rng (if not nil) are still held, then they are
+// unlocked, the in-flight count ends, and O_DSYNC syncs.
+func (op *dioOp) finishAppended(rng *iolock.Range, err error) {
+	in := op.in
+	if in.pages.Len() > 0 {
+		_ = in.invalidateRange(op.off, op.end)
+	}
+	if rng != nil {
+		in.ranges.Unlock(rng)
+	}
+	in.dio.End()
+	if err == nil && op.k.dsync {
+		err = in.fs.group.sync()
+	}
+	if err != nil {
+		op.complete(0, err)
+	} else {
+		op.complete(int(op.end-op.off), nil)
+	}
+}
+
+// appendCompleter is told when a parallel append's device writes have
+// completed (appends.go's appendRes).
+type appendCompleter interface {
+	written(op *dioOp, err error)
 }
 
 // finishDirectWrite is the completion of a direct write, in the kernel's

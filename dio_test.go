@@ -188,11 +188,12 @@ func TestUnalignedOverwritesRunShared(t *testing.T) {
 
 // TestUnalignedIntoUnwrittenBothSurvive: two sub-block writes into the two
 // halves of one unwritten block (or hole) must both survive, over many
-// interleavings with delayed completions. Without exclusion and draining,
-// the second write's zeroing of the rest of the block would wipe the
-// first's bytes (the race the kernel's exclusive route prevents).
+// interleavings with delayed completions. Without exclusion and draining
+// (the seeds' exclusive route) or the block's range (concurrent), the
+// second write's zeroing of the rest of the block would wipe the first's
+// bytes (the race the kernel's exclusive route prevents).
 func TestUnalignedIntoUnwrittenBothSurvive(t *testing.T) {
-	for _, pol := range []Policy{Concurrent(), Classic()} {
+	for _, pol := range []Policy{Concurrent(), Seeds(), Classic()} {
 		for _, kind := range []string{"unwritten", "hole"} {
 			t.Run(pol.String()+"/"+kind, func(t *testing.T) {
 				e := policyEnv(t, pol)
@@ -242,13 +243,15 @@ func TestUnalignedIntoUnwrittenBothSurvive(t *testing.T) {
 	}
 }
 
-// TestUnalignedSpanningExtentsRetries: a sub-block write spanning written
-// and unwritten (or hole) blocks fails the overwrite-only attempt with
-// EAGAIN before doing anything, then succeeds exclusive.
+// TestUnalignedSpanningExtentsRetries: under the seeds' policy, a sub-block
+// write spanning written and unwritten (or hole) blocks fails the
+// overwrite-only attempt with EAGAIN before doing anything, then succeeds
+// exclusive. (Under block-range exclusion it takes its blocks' range
+// instead: TestRangeWritesOverlapAcrossBlocks.)
 func TestUnalignedSpanningExtentsRetries(t *testing.T) {
 	for _, kind := range []string{"unwritten", "hole"} {
 		t.Run(kind, func(t *testing.T) {
-			e := policyEnv(t, Concurrent())
+			e := policyEnv(t, Seeds())
 			f, model := e.prewrite("/f", 4096, 9)
 			if kind == "unwritten" {
 				if err := f.Fallocate(0, 4096, 2*4096); err != nil {
@@ -557,7 +560,13 @@ func TestAppendersNeverOverlap(t *testing.T) {
 // TestNoWaitMatrix: every would-block case returns EAGAIN to a NOWAIT
 // caller and leaves no trace (no size change, no allocation, no write).
 func TestNoWaitMatrix(t *testing.T) {
-	e := policyEnv(t, Concurrent())
+	for _, pol := range []Policy{Seeds(), Concurrent()} {
+		t.Run(pol.String(), func(t *testing.T) { testNoWaitMatrix(t, pol) })
+	}
+}
+
+func testNoWaitMatrix(t *testing.T, pol Policy) {
+	e := policyEnv(t, pol)
 	f, _ := e.prewrite("/f", 4*4096, 1)
 	in := e.inode(f)
 	expectEAGAIN := func(what string, fn func() (int, error)) {
@@ -581,14 +590,25 @@ func TestNoWaitMatrix(t *testing.T) {
 	buf := pattern(4096, 7)
 	expectEAGAIN("allocating write", func() (int, error) { return f.Pwrite(buf, 8*4096, RWFNoWait) })
 	expectEAGAIN("write past EOF", func() (int, error) { return f.Pwrite(buf, 6*4096, RWFNoWait) })
-	expectEAGAIN("extending sub-block write", func() (int, error) { return f.Pwrite(buf[:512], 4*4096-512, RWFNoWait) })
+	expectEAGAIN("extending sub-block write", func() (int, error) { return f.Pwrite(buf[:1024], 4*4096-512, RWFNoWait) })
 	if err := f.Fallocate(FallocKeepSize, 4*4096, 4096); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Truncate(6 * 4096); err != nil {
 		t.Fatal(err)
 	}
-	expectEAGAIN("sub-block write into unwritten", func() (int, error) { return f.Pwrite(buf[:512], 4*4096, RWFNoWait) })
+	if pol.BlockRangeExclusion {
+		// Under block ranges a sub-block write into an unwritten block
+		// blocks only on its range, when someone holds it.
+		r := in.ranges.Lock(4, 1)
+		expectEAGAIN("sub-block write into unwritten, its block range held", func() (int, error) { return f.Pwrite(buf[:512], 4*4096, RWFNoWait) })
+		in.ranges.Unlock(r)
+		if n, err := f.Pwrite(buf[:512], 4*4096, RWFNoWait); err != nil || n != 512 {
+			t.Fatalf("NOWAIT sub-block write into unwritten, range free: %d, %v", n, err)
+		}
+	} else {
+		expectEAGAIN("sub-block write into unwritten", func() (int, error) { return f.Pwrite(buf[:512], 4*4096, RWFNoWait) })
+	}
 	expectEAGAIN("sub-block write into a hole", func() (int, error) { return f.Pwrite(buf[:512], 5*4096, RWFNoWait) })
 	// Lock held exclusive by someone else.
 	in.io.Lock(iolock.Exclusive)

@@ -23,7 +23,18 @@
 //
 // Completion order for a direct write: convert the unwritten extents it
 // wrote, then publish the new size (never shrinking), then drop cached
-// pages of the range, then end its in-flight count, then sync for O_DSYNC.
+// pages of the range, then release its block range (if it holds one), then
+// end its in-flight count, then sync for O_DSYNC. A parallel append
+// (appends.go) converts and publishes in reservation order instead, at its
+// publication, then goes on in the same order.
+//
+// # Beyond the kernel's locks
+//
+// Policy.ParallelAppends and Policy.BlockRangeExclusion go past what the
+// kernel's file systems do: appends reserve their range and run under the
+// shared I/O lock, and sub-block direct writes that must allocate, convert
+// or zero lock only their blocks (iolock.RangeLock) instead of the whole
+// file. Both are rows of the iolock package doc's table.
 //
 // # Durability
 //
@@ -111,7 +122,8 @@
 // # Files
 //
 // The package is flat but reads in layers, and the I/O path goes down the
-// list below: from the path files (dio.go, buffered.go, space.go) to
+// list below: from the path files (appends.go, dio.go, buffered.go,
+// space.go) to
 // geometry.go, a file calls only files listed after it and the base files
 // (callbacks from the device aside), so a direct write followed from
 // directWrite to the device never comes back up to a path file. Each path
@@ -124,6 +136,7 @@
 //	attr.go xattr.go    attributes (Getattr, Setattr) and extended attributes
 //	orphan.go check.go  freeing unlinked inodes, orphan recovery; the consistency check
 //	rw.go               entry: pread/pwrite build a kiocb; inode.read/write dispatch it
+//	appends.go          path: parallel appends (reserve, write direct or buffered, publish in order)
 //	dio.go              path: direct read and write (directRead, directWrite, finishDirectWrite)
 //	buffered.go         path: buffered read with readahead, buffered write
 //	space.go            path: truncate, fallocate, SEEK_DATA/SEEK_HOLE (lockSpace)

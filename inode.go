@@ -29,6 +29,12 @@ type inode struct {
 	io iolock.Lock
 	// dio counts direct I/Os in flight (inode_dio_begin/end/wait).
 	dio iolock.DIO
+	// ranges is the block-range lock: sub-block direct writes that must
+	// allocate, convert or zero, and appends, lock the file blocks they
+	// touch under the shared I/O lock (iolock.RangeLock).
+	ranges iolock.RangeLock
+	// appends is the queue of parallel appends in flight (appends.go).
+	appends appendQueue
 
 	// pages is the file's page cache. Immutable (the cache itself is
 	// concurrency-safe).
@@ -68,6 +74,11 @@ type inode struct {
 	// wbBusy holds the file blocks under writeback, each with a channel
 	// closed when it ends (see beginBlockWriteback). Protected by mu.
 	wbBusy map[uint64]chan struct{}
+	// appendConv holds blocks past EOF that writeback wrote for a buffered
+	// append not yet published: they stay unwritten until the append's
+	// publication converts them, so that no written block ever lies past
+	// the size (appends.go). Protected by mu.
+	appendConv []fileRange
 
 	// Protected by fs.icache.mu.
 	refs  int  // holders: open files and operations in progress

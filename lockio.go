@@ -39,6 +39,7 @@ const (
 	nwPageBusy                          // a page is locked or under I/O
 	nwPageRead                          // a page would have to be read from the device first
 	nwCacheFull                         // the page cache has no room without waiting
+	nwRangeBusy                         // a block range the write needs is held or queued for
 )
 
 // nowaitEAGAIN is the one way a NOWAIT request gives up (RWF_NOWAIT, or the
@@ -66,6 +67,8 @@ func (fs *FS) nowaitEAGAIN(why nowaitReason) error {
 		c.NoWaitSync.Add(1)
 	case nwPageBusy, nwPageRead, nwCacheFull:
 		c.NoWaitPageCache.Add(1)
+	case nwRangeBusy:
+		c.NoWaitRangeBusy.Add(1)
 	}
 	return syscall.EAGAIN
 }

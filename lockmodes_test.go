@@ -12,9 +12,9 @@ import (
 
 // TestLockModes runs testdata/lockmodes: each operation class of the table
 // "Which operation takes which mode" in the iolock package doc, under the
-// classic and the concurrent policy, printing the I/O lock modes it was
-// granted (the inode's iolock.Stats: grants and demotes) and the engine's
-// lock counters that moved. Each result is also checked against that
+// classic, seeds and concurrent policies, printing the I/O lock modes it
+// was granted (the inode's iolock.Stats: grants and demotes, then its
+// RangeLock's grants) and the engine's lock counters that moved. Each result is also checked against that
 // table's row, so the table cannot drift from the code. Regenerate the
 // expected output with
 //
@@ -24,9 +24,10 @@ import (
 //
 //	modes op=OP    run OP (see lockOps) once under each policy
 //
-// Modes print in the order Shared, Exclusive, Demote, each as often as it
-// was granted: the order in which every path takes them (a Shared hold is
-// dropped before Exclusive is taken; Demote ends an Exclusive hold).
+// Modes print in the order Shared, Exclusive, Demote, Range, each as often
+// as it was granted: the order in which every path takes them (a Shared
+// hold is dropped before Exclusive is taken; Demote ends an Exclusive hold;
+// a Range is taken under the Shared hold).
 func TestLockModes(t *testing.T) {
 	table := lockModeTable(t)
 	used := map[string]bool{}
@@ -51,7 +52,7 @@ func TestLockModes(t *testing.T) {
 			name string
 			pol  Policy
 			want string
-		}{{"classic", Classic(), row.classic}, {"concurrent", Concurrent(), row.concurrent}} {
+		}{{"classic", Classic(), row.classic}, {"seeds", Seeds(), row.seeds}, {"concurrent", Concurrent(), row.concurrent}} {
 			modes, counters := runLockOp(t, pc.pol, op)
 			if modes != pc.want {
 				t.Errorf("op %s, %s: granted %q; the iolock table's row %q says %q", name, pc.name, modes, op.row, pc.want)
@@ -127,19 +128,30 @@ var lockOps = map[string]lockOp{
 		}
 		return f, writeAt(f, 1024, 4*4096-512)
 	}},
-	"subblock-eof-block": {"sub-block direct write touching the EOF block or past EOF", func(e *testEnv) (*File, func() error) {
+	"subblock-eof-block-overwrite": {"sub-block direct overwrite in the EOF block, within EOF", func(e *testEnv) (*File, func() error) {
+		f := lockFile(e, O_DIRECT)
+		if err := f.Truncate(4*4096 - 1024); err != nil { // EOF inside block 3
+			e.t.Fatal(err)
+		}
+		return f, writeAt(f, 512, 3*4096)
+	}},
+	"subblock-ending-at-eof": {"sub-block direct write ending at EOF", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, writeAt(f, 512, 4*4096-512)
+	}},
+	"subblock-past-eof": {"sub-block direct write past EOF", func(e *testEnv) (*File, func() error) {
+		f := lockFile(e, O_DIRECT)
+		return f, writeAt(f, 1024, 4*4096-512)
 	}},
 	"direct-append": {"O_APPEND direct write", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT|O_APPEND)
 		return f, func() error { _, err := f.Write(pattern(4096, 9)); return err }
 	}},
-	"buffered-write": {"buffered write (O_APPEND too)", func(e *testEnv) (*File, func() error) {
+	"buffered-write": {"buffered write", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, 0)
 		return f, writeAt(f, 100, 10)
 	}},
-	"buffered-append": {"buffered write (O_APPEND too)", func(e *testEnv) (*File, func() error) {
+	"buffered-append": {"O_APPEND buffered write", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_APPEND)
 		return f, func() error { _, err := f.Write(pattern(100, 9)); return err }
 	}},
@@ -170,11 +182,11 @@ var lockOps = map[string]lockOp{
 func runLockOp(t *testing.T, pol Policy, op lockOp) (modes, counters string) {
 	e := policyEnv(t, pol)
 	f, run := op.setup(e)
-	before, c0 := f.in.io.Stats(), e.fs.Counters()
+	before, r0, c0 := f.in.io.Stats(), f.in.ranges.Stats(), e.fs.Counters()
 	if err := run(); err != nil {
 		t.Fatal(err)
 	}
-	after, c1 := f.in.io.Stats(), e.fs.Counters()
+	after, r1, c1 := f.in.io.Stats(), f.in.ranges.Stats(), e.fs.Counters()
 	var m []string
 	for _, g := range []struct {
 		name string
@@ -183,6 +195,7 @@ func runLockOp(t *testing.T, pol Policy, op lockOp) (modes, counters string) {
 		{"Shared", after.SharedAcquired - before.SharedAcquired},
 		{"Exclusive", after.ExclusiveAcquired - before.ExclusiveAcquired},
 		{"Demote", after.Demoted - before.Demoted},
+		{"Range", r1.Acquired - r0.Acquired},
 	} {
 		for range g.n {
 			m = append(m, g.name)
@@ -199,12 +212,15 @@ func runLockOp(t *testing.T, pol Policy, op lockOp) (modes, counters string) {
 }
 
 // lockModeRow is a row of the iolock package doc's table: the modes its
-// classic and concurrent cells name (the text before the first ";").
-type lockModeRow struct{ classic, concurrent string }
+// classic, seeds and concurrent cells name (the text before the first
+// ";").
+type lockModeRow struct{ classic, seeds, concurrent string }
 
 // lockModeTable parses the table "Which operation takes which mode" in
 // iolock/doc.go: rows are separated by blank lines, each row's cells run
-// over its lines, and "same" in the concurrent column means as classic.
+// over its lines, the operation's name ends at its first line in
+// parentheses (the kernel analogue), and "same" means as the column to
+// the left.
 func lockModeTable(t *testing.T) map[string]lockModeRow {
 	src, err := os.ReadFile("iolock/doc.go")
 	if err != nil {
@@ -223,11 +239,21 @@ func lockModeTable(t *testing.T) map[string]lockModeRow {
 				m, _, _ := strings.Cut(strings.Join(c, " "), ";")
 				return strings.TrimSpace(m)
 			}
-			r := lockModeRow{classic: mode(cells[1]), concurrent: mode(cells[2])}
-			if r.concurrent == "same" {
-				r.concurrent = r.classic
+			r := lockModeRow{classic: mode(cells[1]), seeds: mode(cells[2]), concurrent: mode(cells[3])}
+			if r.seeds == "same" {
+				r.seeds = r.classic
 			}
-			table[strings.Join(cells[0], " ")] = r
+			if r.concurrent == "same" {
+				r.concurrent = r.seeds
+			}
+			name := cells[0]
+			for i, l := range name {
+				if strings.HasPrefix(l, "(") {
+					name = name[:i]
+					break
+				}
+			}
+			table[strings.Join(name, " ")] = r
 		}
 		cells = [4][]string{}
 	}

@@ -150,8 +150,15 @@ type dioOp struct {
 	mode     iolock.Mode // lock mode held (writes)
 	holdLock bool        // unlock only at completion (writes)
 	extends  bool        // the write ends past the size at submission (writes)
-	segs     [4]extmap.Segment
-	convBuf  [2]fileRange
+	// rng is the block range the write holds until its conversion is
+	// done (writes under block-range exclusion), or nil.
+	rng *iolock.Range
+	// app, for a parallel append, is told of the completion instead of
+	// converting and publishing the size: the append's publication does
+	// both, in reservation order (appends.go).
+	app     appendCompleter
+	segs    [4]extmap.Segment
+	convBuf [2]fileRange
 	// Completion of a synchronous request.
 	ch     chan struct{}
 	result struct {
@@ -175,7 +182,7 @@ func newDioOp(in *inode, k *kiocb) *dioOp {
 
 func (op *dioOp) free() {
 	op.b.reset()
-	op.in, op.k, op.conv = nil, nil, nil
+	op.in, op.k, op.conv, op.rng, op.app = nil, nil, nil, nil, nil
 	op.write, op.holdLock, op.extends = false, false, false
 	op.result.n, op.result.err = 0, nil
 	dioPool.Put(op)

@@ -6,8 +6,9 @@ import (
 
 // The entry of every read and write: File.pread and File.pwrite (and
 // File.ReadAsync and File.WriteAsync, in async.go) build a kiocb, and
-// inode.read and inode.write dispatch it to the direct path (dio.go) or the
-// buffered path (buffered.go). The layer of each file is listed in the
+// inode.read and inode.write dispatch it to the direct path (dio.go), the
+// buffered path (buffered.go), or for a parallel append, the append path
+// (appends.go). The layer of each file is listed in the
 // package doc (doc.go, Files).
 
 func (f *File) pread(p []byte, off int64, flags RWFlags) (int, error) {
@@ -67,6 +68,8 @@ func (in *inode) write(k *kiocb) (int, error) {
 		if err := clampToMaxSize(k); err != nil {
 			return 0, err
 		}
+	} else if len(k.buf) > 0 && in.fs.policy.ParallelAppends {
+		return in.appendWrite(k)
 	}
 	if k.direct {
 		return in.directWrite(k)

@@ -42,7 +42,10 @@ func (in *inode) claimNeighbourPages(lo, hi int64) []*pagecache.Page {
 // owed the error). Either way it unlocks and releases them.
 func (in *inode) fillNeighbourPages(pages []*pagecache.Page, unit []byte, base int64, err error) {
 	ps := int64(in.fs.cache.PageSize())
-	size := in.size()
+	in.mu.Lock()
+	size := int64(in.attr.Size)
+	appending := in.appends.pending.Load() > 0
+	in.mu.Unlock()
 	for _, p := range pages {
 		pos := int64(p.Index) * ps
 		if err != nil {
@@ -51,6 +54,7 @@ func (in *inode) fillNeighbourPages(pages []*pagecache.Page, unit []byte, base i
 			copy(p.Data, unit[pos-base:])
 			if pglen := in.pageLen(p.Index, size); pglen < int(ps) {
 				clear(p.Data[pglen:])
+				in.uncacheEOFPage(p, appending)
 			}
 			p.SetUptodate()
 			in.fs.counters.UnitNeighbourPages.Add(1)

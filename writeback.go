@@ -274,7 +274,7 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 			release(err)
 			return
 		}
-		go func() { release(in.convertWritten(conv, 0, false)) }()
+		go func() { release(in.convertWrittenBack(conv)) }()
 	}
 	b.submit()
 	return nil

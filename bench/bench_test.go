@@ -21,7 +21,9 @@ func TestParseOnly(t *testing.T) {
 		{"W1,W3", "W1 W3", false},
 		{"w2, 5", "W2 W5", false},
 		{"W1,W1", "W1", false},
+		{"a1, Z1,w4", "A1 Z1 W4", false},
 		{"W6", "", true},
+		{"A2", "", true},
 		{",", "", true},
 	} {
 		got, err := ParseOnly(c.in)
@@ -61,6 +63,15 @@ func TestFioArgs(t *testing.T) {
 	if !strings.HasPrefix(b, "--group_reporting --output-format=json --name=w3 ") || strings.Count(b, "--stonewall --new_group") != 2 ||
 		!strings.Contains(b, "--name=w5 --filename=/d/g --rw=write --bs=524288 --direct=0 --ioengine=psync --iodepth=1 --numjobs=1 --size=268435456 --runtime=1000ms --sync=1 --end_fsync=1") {
 		t.Errorf("batch args: %s", b)
+	}
+	// Z1's fresh file: fio makes and fallocates it, and keeps its random
+	// map (no --norandommap).
+	jz := sysJob{name: "z1", rw: "randwrite", path: "/d/z", direct: true, ioengine: "libaio", bs: 512, numjobs: 1, iodepth: 32, size: 256 << 20,
+		runtime: time.Second, ramp: 50 * time.Millisecond, timeBased: true, fresh: true, randseed: 61}
+	if got, want := f.cmdline(jz), "/usr/bin/fio --name=z1 --filename=/d/z --rw=randwrite --bs=512 --direct=1 --ioengine=libaio --iodepth=32 "+
+		"--numjobs=1 --size=268435456 --runtime=1000ms --time_based --ramp_time=50ms --randrepeat=0 --randseed=61 --fallocate=native "+
+		"--invalidate=1 --group_reporting --output-format=json"; got != want {
+		t.Errorf("cmdline:\n got %s\nwant %s", got, want)
 	}
 	j4 := sysJob{name: "w4-qd8", rw: "randread", path: "/d/f", ioengine: "io_uring", bs: 4096, numjobs: 1, iodepth: 8, size: 1 << 30,
 		runtime: time.Second, timeBased: true, randseed: 89}
@@ -155,4 +166,40 @@ func TestMountOf(t *testing.T) {
 	if isMountPoint(dir) && m.Point != dir {
 		t.Errorf("isMountPoint(%s) = true, but it lies in the mount at %s", dir, m.Point)
 	}
+}
+
+// TestVerifyRecords: A1's check finds a missing, a doubled, a torn and a
+// foreign record, and a wrong size.
+func TestVerifyRecords(t *testing.T) {
+	const bs = 4096
+	counts := []int64{3, 2}
+	var file []byte
+	for _, r := range [][2]int{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}} {
+		rec := make([]byte, bs)
+		fillRecordBody(rec, r[0])
+		tagRecord(rec, r[0], int64(r[1]))
+		file = append(file, rec...)
+	}
+	check := func(name string, b []byte, counts []int64, want string) {
+		t.Helper()
+		err := verifyRecords(bytes.NewReader(b), int64(len(b)), bs, counts)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: error %v, want one saying %q", name, err, want)
+		}
+	}
+	check("whole", file, counts, "")
+	check("one more expected", file, []int64{4, 2}, "records were lost or overwritten")
+	doubled := bytes.Clone(file)
+	copy(doubled[4*bs:], doubled[:bs])
+	check("doubled", doubled, counts, "appender 0 #0 appears twice")
+	torn := bytes.Clone(file)
+	copy(torn[2*bs:2*bs+bs/2], file[3*bs:3*bs+bs/2])
+	check("torn", torn, counts, "torn: head says appender 1 #1, tail appender 0 #1")
+	zeros := bytes.Clone(file)
+	clear(zeros[bs : 2*bs])
+	check("zeros", zeros, counts, "no tag")
+	check("never written", file, []int64{3, 1, 1}, "appender 1 #1 was never written")
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// Experiment IDs, in the order they run.
-var AllExperiments = []string{"W1", "W2", "W3", "W4", "W5"}
+// Experiment IDs, in the order they run: the seeds' (W1-W5), then the
+// two beyond them (A1, Z1).
+var AllExperiments = []string{"W1", "W2", "W3", "W4", "W5", "A1", "Z1"}
 
 // Sizing is how big and how long a run is: file sizes, the measured time
 // of one cell, the warm-up before it and the repetitions whose median is
@@ -36,21 +37,31 @@ type Sizing struct {
 	Reps int
 	// W5Reps is the same for W5's engine cells.
 	W5Reps int
+	// A1Bytes caps the file of one A1 cell: the appenders stop when
+	// their records fill it, even before Cell is over. It is a multiple
+	// of 1 MiB.
+	A1Bytes int64
+	// Z1Bytes is the fallocated, never written region of one Z1 cell.
+	// Every write of the engine's cell lands in a block not written
+	// before, so the cell stops when each block has been written once,
+	// even before Cell is over. It is a multiple of 1 MiB.
+	Z1Bytes int64
 	// PeerReps is the same for every peer cell (fio or the Go runner).
 	PeerReps int
 }
 
-// The sizings. Full takes about 4 minutes on a 2-core machine with fio
-// installed (6 with the machine saturated by other work), quick under a
-// minute; smoke runs every cell of the full grid
+// The sizings. Full takes about 6 minutes on a 2-core machine with fio
+// installed (4 of them W1-W5; more with the machine saturated by other
+// work), quick about a minute and a half (W1-W5 under a minute, A1 and Z1
+// about 25 s); smoke runs every cell of the full grid
 // for a few tens of milliseconds on tiny files, to check the output's
 // shape (the -race test uses it).
 var (
-	Full = Sizing{Name: "full", DataBytes: 1 << 30, W5Bytes: 256 << 20,
+	Full = Sizing{Name: "full", DataBytes: 1 << 30, W5Bytes: 256 << 20, A1Bytes: 1 << 30, Z1Bytes: 1 << 30,
 		Cell: 700 * time.Millisecond, Warmup: 200 * time.Millisecond, Reps: 3, W5Reps: 3, PeerReps: 1}
-	Quick = Sizing{Name: "quick", DataBytes: 128 << 20, W5Bytes: 64 << 20,
+	Quick = Sizing{Name: "quick", DataBytes: 128 << 20, W5Bytes: 64 << 20, A1Bytes: 256 << 20, Z1Bytes: 256 << 20,
 		Cell: 250 * time.Millisecond, Warmup: 50 * time.Millisecond, Reps: 1, W5Reps: 1, PeerReps: 1}
-	Smoke = Sizing{Name: "smoke", DataBytes: 16 << 20, W5Bytes: 8 << 20,
+	Smoke = Sizing{Name: "smoke", DataBytes: 16 << 20, W5Bytes: 8 << 20, A1Bytes: 32 << 20, Z1Bytes: 32 << 20,
 		Cell: 40 * time.Millisecond, Warmup: 0, Reps: 1, W5Reps: 1, PeerReps: 1}
 )
 
@@ -59,7 +70,7 @@ type Config struct {
 	// Sizing sets file sizes, cell time and repetitions. The default value
 	// is Full.
 	Sizing Sizing
-	// Only lists the experiments to run ("W1", "W3"). The default value
+	// Only lists the experiments to run ("W1", "A1"). The default value
 	// (nil) runs all of AllExperiments.
 	Only []string
 	// Volume is a directory for the run's volumes and images. If it holds
@@ -102,7 +113,7 @@ type Config struct {
 }
 
 // ParseOnly parses a comma-separated list of experiment IDs (case
-// insensitive; "1" means "W1").
+// insensitive; a bare number means a seed's: "1" is "W1").
 func ParseOnly(s string) ([]string, error) {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
@@ -110,7 +121,7 @@ func ParseOnly(s string) ([]string, error) {
 		if f == "" {
 			continue
 		}
-		if !strings.HasPrefix(f, "W") {
+		if f[0] >= '0' && f[0] <= '9' {
 			f = "W" + f
 		}
 		if !slices.Contains(AllExperiments, f) {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicefs/sluice"
@@ -15,9 +16,11 @@ import (
 	"github.com/sluicefs/sluice/volume"
 )
 
-// Engine policy labels.
+// Engine policy labels. Seeds is the five seed optimisations without the
+// two beyond them (A1's and Z1's middle column).
 const (
 	PolicyClassic    = "classic"
+	PolicySeeds      = "seeds"
 	PolicyConcurrent = "concurrent"
 )
 
@@ -29,6 +32,7 @@ type enginePolicy struct {
 
 var (
 	polClassic    = enginePolicy{PolicyClassic, sluice.Classic()}
+	polSeeds      = enginePolicy{PolicySeeds, sluice.Seeds()}
 	polConcurrent = enginePolicy{PolicyConcurrent, sluice.Concurrent()}
 )
 
@@ -377,4 +381,255 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// freshEngineFile makes path an empty file (removing an old one, so that
+// none of its blocks is reused), and with fallocate > 0 allocates that
+// many bytes of it (mode 0: unwritten extents, the size set) and makes
+// that durable, so that the cell starts with nothing to commit.
+func freshEngineFile(fs *sluice.FS, path string, fallocate int64) error {
+	if err := fs.Unlink(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	f, err := fs.OpenFile(path, sluice.O_RDWR|sluice.O_CREAT|sluice.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if fallocate > 0 {
+		if err = f.Fallocate(0, 0, fallocate); err == nil {
+			err = f.Fsync()
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// appendExclFrac is the share of A1's appends that took the I/O lock
+// exclusive: direct (LockExclDirectWrite of DirectWrites) or buffered
+// (LockExclBuffered of BufferedWrites), over the counter delta c.
+func appendExclFrac(c sluice.CounterValues, direct bool) float64 {
+	if direct {
+		return exclFrac(c)
+	}
+	return perIO(c["LockExclBuffered"], c["BufferedWrites"])
+}
+
+// runAppends is A1 on the engine: n goroutines append bs-byte records
+// to one fresh file at path, each through its own File opened
+// O_WRONLY|O_APPEND (and O_DIRECT if direct, from an aligned buffer)
+// with File.Write, as n processes appending with write(2) would; for
+// warm, then for dur, measured, or until the records fill maxBytes.
+// Then the file is checked (verifyRecords: every record once, whole) and
+// removed; a failed check is the cell's error. Direct cells also report
+// max_in_flight, the most direct I/Os in flight on the file at once over
+// the cell (1 while appends are exclusive).
+func runAppends(ctx context.Context, e *engineFS, path string, direct bool, n, bs int, maxBytes int64, warm, dur time.Duration) (map[string]float64, error) {
+	if err := freshEngineFile(e.fs, path, 0); err != nil {
+		return nil, err
+	}
+	defer e.fs.Unlink(path)
+	flags := sluice.O_WRONLY | sluice.O_APPEND
+	if direct {
+		flags |= sluice.O_DIRECT
+	}
+	files := make([]*sluice.File, n)
+	bufs := make([][]byte, n)
+	for g := range files {
+		f, err := e.fs.OpenFile(path, flags, 0)
+		if err != nil {
+			closeFiles(files)
+			return nil, err
+		}
+		files[g], bufs[g] = f, device.AlignedBuf(bs)
+		fillRecordBody(bufs[g], g)
+	}
+	// seq[g] is appender g's count of records written; only g touches
+	// it until measureLoop has returned.
+	seq := make([]int64, n)
+	maxRecs := maxBytes / int64(bs)
+	var claimed atomic.Int64
+	op := func(g int, _ *rand.Rand) (bool, int, error) {
+		if claimed.Add(1) > maxRecs {
+			return true, 0, errLoopDone
+		}
+		tagRecord(bufs[g], g, seq[g])
+		m, err := files[g].Write(bufs[g])
+		if err == nil && m != bs {
+			err = fmt.Errorf("append of %d B wrote %d", bs, m)
+		}
+		if err != nil {
+			return true, m, err
+		}
+		seq[g]++
+		return true, m, nil
+	}
+	if direct {
+		// Idle now (a direct cell leaves no writeback behind), so the
+		// reset disturbs no gauge; it starts MaxDirectInFlightFile afresh.
+		e.fs.ResetCounters()
+	}
+	// The lock counts cover the whole cell, warm-up included: read while
+	// no append is in flight, their two counters agree.
+	c0 := e.fs.Counters()
+	l, err := measureLoop(ctx, n, warm, dur, 3, op, nil, nil)
+	c1 := e.fs.Counters()
+	if cerr := closeFiles(files); err == nil {
+		err = cerr
+	}
+	if err == nil && l.ops() == 0 {
+		err = fmt.Errorf("no append completed in the measured window")
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := l.metrics(false)
+	c := counterDelta(c0, c1)
+	m["excl_lock_frac"] = appendExclFrac(c, direct)
+	var total int64
+	for _, k := range seq {
+		total += k
+	}
+	m["records"] = float64(total)
+	if direct {
+		m["max_in_flight"] = float64(c1["MaxDirectInFlightFile"])
+	}
+	if err := verifyEngineRecords(e.fs, path, direct, bs, seq); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// verifyEngineRecords runs verifyRecords on the engine's file at path,
+// read the way it was written (O_DIRECT or through the page cache).
+func verifyEngineRecords(fs *sluice.FS, path string, direct bool, bs int, counts []int64) error {
+	flags := sluice.O_RDONLY
+	if direct {
+		flags |= sluice.O_DIRECT
+	}
+	f, err := fs.OpenFile(path, flags, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	a, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	return verifyRecords(f, a.Size, bs, counts)
+}
+
+// closeFiles closes every non-nil file and returns the first error.
+func closeFiles(files []*sluice.File) error {
+	var first error
+	for _, f := range files {
+		if f == nil {
+			continue
+		}
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// runFreshSubBlock is Z1 on the engine: a fresh file at path whose first
+// size bytes are fallocated (mode 0) and never written, then n
+// goroutines, each with one O_DIRECT File.WriteAt of bs bytes in flight
+// (bs below the block size), each write into a block not written before
+// (the blocks in a random order, at a random bs-aligned place in the
+// block), so that every write lands in an unwritten extent and must zero
+// the rest of its block; for warm, then for dur, measured, or until
+// every block has been written. Afterwards a sample of the written
+// blocks is read back: the written bytes there, zeros around them. The
+// file is removed at the end.
+func runFreshSubBlock(ctx context.Context, e *engineFS, path string, size int64, bs, n int, warm, dur time.Duration, seed uint64) (map[string]float64, error) {
+	fs := e.fs
+	blockSize := fs.BlockSize()
+	if bs >= blockSize || blockSize%bs != 0 {
+		return nil, fmt.Errorf("Z1: %d B writes are not sub-block writes on %d B blocks", bs, blockSize)
+	}
+	if err := freshEngineFile(fs, path, size); err != nil {
+		return nil, err
+	}
+	defer fs.Unlink(path)
+	f, err := fs.OpenFile(path, sluice.O_RDWR|sluice.O_DIRECT, 0)
+	if err != nil {
+		return nil, err
+	}
+	blocks := size / int64(blockSize)
+	order := freshBlockOrder(blocks, seed)
+	// slot[i] is the bs-sized slot of block order[i] that write i wrote;
+	// written by the goroutine that took i, read after measureLoop.
+	slot := make([]uint8, blocks)
+	perBlock := blockSize / bs
+	bufs := make([][]byte, n)
+	for g := range bufs {
+		bufs[g] = device.AlignedBuf(bs)
+		fillRecordBody(bufs[g], g)
+	}
+	var next atomic.Int64
+	op := func(g int, rng *rand.Rand) (bool, int, error) {
+		i := next.Add(1) - 1
+		if i >= blocks {
+			return true, 0, errLoopDone
+		}
+		s := rng.IntN(perBlock)
+		slot[i] = uint8(s)
+		tagRecord(bufs[g], int(order[i]), int64(s))
+		m, err := f.WriteAt(bufs[g], int64(order[i])*int64(blockSize)+int64(s*bs))
+		return true, m, err
+	}
+	fs.ResetCounters() // idle: a fresh engine, and the file's allocation synced
+	m, c, l, err := measureDirect(ctx, e, n, warm, dur, seed, op, false)
+	if err == nil && l.ops() == 0 {
+		err = fmt.Errorf("no write completed in the measured window")
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	written := min(next.Load(), blocks)
+	m["eagain_retries_per_write"] = perIO(c["UnalignedEAGAINRetries"], l.writes)
+	m["max_in_flight"] = float64(fs.Counters()["MaxDirectInFlightFile"])
+	m["converted_frac"] = float64(written) / float64(blocks)
+	err = verifyFreshBlocks(f, order[:written], slot, blockSize, bs)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// verifyFreshBlocks reads back up to 256 of Z1's written blocks, spread
+// over the writes in order: each must hold its write (tagged with the
+// block number and its slot) in its slot and zeros in the rest.
+func verifyFreshBlocks(f *sluice.File, written []int32, slot []uint8, blockSize, bs int) error {
+	buf := device.AlignedBuf(blockSize)
+	step := max(1, len(written)/256)
+	for i := 0; i < len(written); i += step {
+		b := written[i]
+		if _, err := f.ReadAt(buf, int64(b)*int64(blockSize)); err != nil {
+			return fmt.Errorf("verify: reading block %d: %w", b, err)
+		}
+		s := int(slot[i])
+		for k := 0; k < blockSize; k += bs {
+			part := buf[k : k+bs]
+			if k/bs == s {
+				if g, seq, ok := readTag(part); !ok || g != int(b) || seq != int64(s) {
+					return fmt.Errorf("verify: block %d: slot %d does not hold the write made there", b, s)
+				}
+				continue
+			}
+			for _, x := range part {
+				if x != 0 {
+					return fmt.Errorf("verify: block %d: slot %d, not written, is not zero", b, k/bs)
+				}
+			}
+		}
+	}
+	return nil
 }

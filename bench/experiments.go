@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -20,6 +21,31 @@ var (
 	w4Depths   = []int{1, 2, 4, 8, 16, 32}
 	w5BS       = []int{4 << 10, 32 << 10, 512 << 10}
 	w5Syncs    = []bool{false, true}
+
+	// A1 and Z1, beyond the seeds: classic, the seeds alone (the kernel's
+	// locking today) and concurrent (the seeds and the two beyond them).
+	a1Appenders = []int{1, 2, 4, 8, 16, 32}
+	a1Modes     = []string{"direct", "buffered"} // direct first: runAppends resets counters only while idle
+	a1BS        = 4096
+	a1Policies  = []enginePolicy{polClassic, polSeeds, polConcurrent}
+	z1BS        = 512
+	z1Depth     = 32
+	z1Policies  = []enginePolicy{polClassic, polSeeds, polConcurrent}
+)
+
+// The issue's goal for A1 and Z1: concurrent / seeds, at least.
+const (
+	a1Goal = 3.0 // at 8 and more appenders
+	z1Goal = 3.0
+)
+
+// Fixed costs of A1's and Z1's cells, for the progress estimate: making
+// the file, and checking it (A1); opening the engine, fallocating and
+// syncing the region (Z1).
+const (
+	a1EngineFixed = 40 * time.Millisecond
+	a1PeerFixed   = 40 * time.Millisecond
+	z1EngineFixed = 80 * time.Millisecond
 )
 
 // alternate returns pols in order on even repetitions and reversed on
@@ -630,4 +656,161 @@ func syncName(sync bool) string {
 		return "O_SYNC"
 	}
 	return "plain"
+}
+
+// a1Peer is peer p for A1, whose appends run through the Go runner
+// whatever runs the other experiments' peers: fio has no O_APPEND (its
+// file_append only starts each job at the end of the file, and its jobs
+// write precomputed offsets with pwrite). The raw peer is relabelled
+// after its runner ("go:raw").
+func a1Peer(p *peer) *peer {
+	ap := *p
+	ap.run = goRunner{}
+	if strings.HasSuffix(p.label, ":raw") {
+		ap.label = ap.run.name() + ":raw"
+	}
+	return &ap
+}
+
+func modeName(mode string) string {
+	if mode == "direct" {
+		return "O_DIRECT"
+	}
+	return "buffered"
+}
+
+// A1 (beyond the seeds): 1-32 appenders of 4 KiB records to one file,
+// O_DIRECT and buffered.
+func (r *runner) a1(ctx context.Context) Experiment {
+	sz := r.sz
+	e := Experiment{ID: "A1", Title: "appends: 1-32 appenders of 4 KiB records to one file, O_DIRECT and buffered",
+		Goal: fmt.Sprintf("Issue 16: concurrent (ParallelAppends: appends reserve their range and write in parallel) / seeds (every append takes the I/O lock exclusive, as XFS buffered, ext4 and FUSE do) >= %.0fx appends/s at 8 and more appenders.", a1Goal),
+		Workload: fmt.Sprintf("N appenders write 4 KiB records to one file that starts empty, each through its own open file: opened O_WRONLY|O_APPEND, and O_DIRECT with aligned buffers (device.AlignedBuf) or buffered. "+
+			"Engine: N goroutines, each with its own sluice.File, calling File.Write (one File shared by all would serialise them on its position lock, as write(2) does on one shared descriptor). "+
+			"Peers: the built-in Go runner, N goroutines each with its own descriptor opened O_APPEND, write(2) of 4 KiB (fio cannot: it has no O_APPEND; --file_append=1 only starts each job at the end of the file, then writes precomputed offsets with pwrite, so N jobs on one file are not N appenders). "+
+			"Each record carries its appender and sequence number at both ends; after each cell the file is checked: its size is exactly the records written times 4 KiB, and every record is there once and whole, or the cell is an error. "+
+			"A cell stops after %v (after %v of warm-up, counted in the file but not in the rate) or when its records fill %d MiB; the file is made afresh for each cell and removed after it. Median of %d runs (peers: %d).",
+			sz.Cell, sz.Warmup, sz.A1Bytes>>20, sz.Reps, sz.PeerReps),
+		Notes: []string{"Classic and seeds take the I/O lock exclusive for every append (no seed changes appends); concurrent adds ParallelAppends. " +
+			"excl_lock_frac is the share of appends that took the lock exclusive; max_in_flight (O_DIRECT) the most direct writes in flight on the file at once over the cell: 1 while appends are exclusive.",
+			"go:raw is the raw peer's directory (the work directory's own file system) under the Go runner."},
+	}
+	rs := newRowSet()
+	e.Rows = r.repeat(ctx, rs, sz.Reps, func(rep int) {
+		for _, pol := range alternate(rep, a1Policies) {
+			ef, err := r.az.open(pol.pol)
+			if err == nil {
+				r.recordOptions(pol.label, ef)
+			}
+		cells:
+			for _, mode := range a1Modes {
+				for _, n := range a1Appenders {
+					a := rs.acc(fmt.Sprintf("engine|%s|%s|%d", pol.label, mode, n), func() Row {
+						return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.az, ef, map[string]any{
+							"mode": mode, "appenders": n, "bs": a1BS, "file": "/a1", "file_bytes": sz.A1Bytes,
+							"policy_fields": pol.pol.String(), "warmup_s": sz.Warmup.Seconds(),
+							"workload": fmt.Sprintf("A1 engine: %d goroutines x File.Write(%d B) on own File opened O_WRONLY|O_APPEND (%s), until %v or %d MiB, then verified", n, a1BS, modeName(mode), sz.Cell, sz.A1Bytes>>20)})}
+					})
+					if err != nil {
+						a.record(nil, err)
+						continue
+					}
+					desc := fmt.Sprintf("engine %s %s appenders=%d (run %d/%d)", pol.label, modeName(mode), n, rep+1, sz.Reps)
+					a.record(r.cell("A1", desc, r.cellEst(true, a1EngineFixed), func() (map[string]float64, error) {
+						return runAppends(ctx, ef, "/a1", mode == "direct", n, a1BS, sz.A1Bytes, sz.Warmup, sz.Cell)
+					}))
+					if ctx.Err() != nil {
+						break cells
+					}
+				}
+			}
+			if ef != nil {
+				if err := ef.close(); err != nil {
+					r.note("A1: closing the engine: %v", err)
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}, func(p *peer) {
+		ap := a1Peer(p)
+		var cells []peerJob
+		for _, mode := range a1Modes {
+			for _, n := range a1Appenders {
+				j := sysJob{name: fmt.Sprintf("a1-%s-n%d", mode, n), rw: "append", path: p.a1, direct: mode == "direct", ioengine: "psync", bs: a1BS,
+					numjobs: n, iodepth: 1, size: sz.A1Bytes, runtime: sz.Cell, ramp: sz.Warmup}
+				a := rs.acc(fmt.Sprintf("%s|%s|%d", ap.label, mode, n), func() Row {
+					return Row{Target: ap.label, Policy: PolicyPeer, Params: r.peerParams(ap, "", "", map[string]any{
+						"mode": mode, "appenders": n, "bs": a1BS, "file_bytes": sz.A1Bytes, "warmup_s": sz.Warmup.Seconds()})}
+				})
+				cells = append(cells, peerJob{j, fmt.Sprintf("%s %s appenders=%d", ap.label, modeName(mode), n), a})
+			}
+		}
+		r.runPeer(ctx, "A1", ap, cells, false, false, false, r.cellEst(true, a1PeerFixed))
+	})
+	return e
+}
+
+// Z1 (beyond the seeds): 512 B O_DIRECT random writes at depth 32 into
+// a fallocated file that was never written.
+func (r *runner) z1(ctx context.Context) Experiment {
+	sz := r.sz
+	e := Experiment{ID: "Z1", Title: "fresh-file sub-block writes: 512 B O_DIRECT random writes at QD32 into a fallocated, never written file",
+		Goal: fmt.Sprintf("Issue 16: concurrent (BlockRangeExclusion: a sub-block write that must zero part of a block locks only that block) / seeds (seed 000's fallback: the I/O lock exclusive and a drain of every direct I/O of the file) >= %.0fx IOPS.", z1Goal),
+		Workload: fmt.Sprintf("A file of %d MiB is fallocated (mode 0: unwritten extents, size set) and never written, afresh for each cell; then %d writes of %d B are kept in flight with O_DIRECT, each at a random %d B-aligned place, so that each lands in an unwritten extent and must zero the rest of its block. "+
+			"Engine: %d goroutines, each with one File.WriteAt in flight (as W2), on a volume of 4 KiB blocks and a 512 B I/O unit; every write goes to a block not written before (the blocks in a random order, a random slot in each), "+
+			"and the cell stops after %v (after %v of warm-up) or when every block is written (converted_frac is the share of the region's blocks written by the cell's end); afterwards up to 256 of the written blocks are read back: the write in its slot, zeros around it. "+
+			"Peers: fio --rw=randwrite --bs=%d --direct=1 --ioengine=libaio --iodepth=%d --size=%dm --fallocate=native on a file removed before the cell, which fio then creates and fallocates (fallocate(fd, 0, 0, size)) and does not lay out (a write job without --overwrite=1 writes nothing before its own I/O); "+
+			"fio's random map (no --norandommap) writes no 512 B block twice, but 8 of them share a 4 KiB file-system block, so a small share of its writes (about 7 times the share of the region written) land in a block already converted. "+
+			"Median of %d runs (peers: %d).",
+			sz.Z1Bytes>>20, z1Depth, z1BS, z1BS, z1Depth, sz.Cell, sz.Warmup, z1BS, z1Depth, sz.Z1Bytes>>20, sz.Reps, sz.PeerReps),
+		Notes: []string{"Classic takes every sub-block write exclusive with a drain; seeds tries the shared overwrite-only route first (seed 000), which fails on an unwritten extent (eagain_retries_per_write), then falls back to exclusive + drain; concurrent adds BlockRangeExclusion. " +
+			"XFS and ext4 both take the fallback route for such writes. max_in_flight is the most direct writes in flight on the file at once: 1 under the fallback."},
+	}
+	rs := newRowSet()
+	e.Rows = r.repeat(ctx, rs, sz.Reps, func(rep int) {
+		for _, pol := range alternate(rep, z1Policies) {
+			ef, err := r.az.open(pol.pol)
+			a := rs.acc("engine|"+pol.label, func() Row {
+				return Row{Target: TargetEngine, Policy: pol.label, Params: r.engineParams(r.az, ef, map[string]any{
+					"bs": z1BS, "depth": z1Depth, "file": "/z1", "file_bytes": sz.Z1Bytes, "region_bytes": sz.Z1Bytes,
+					"policy_fields": pol.pol.String(), "warmup_s": sz.Warmup.Seconds(),
+					"fresh":    "sluice.FS.OpenFile(O_CREAT|O_EXCL) + File.Fallocate(0, 0, region) + Fsync before the cell",
+					"workload": fmt.Sprintf("Z1 engine: %d goroutines x File.WriteAt(%d B), O_DIRECT, each in a block not written before, until %v or every block written", z1Depth, z1BS, sz.Cell)})}
+			})
+			if err != nil {
+				a.record(nil, err)
+				continue
+			}
+			r.recordOptions(pol.label, ef)
+			desc := fmt.Sprintf("engine %s bs=%d QD%d fresh file (run %d/%d)", pol.label, z1BS, z1Depth, rep+1, sz.Reps)
+			a.record(r.cell("Z1", desc, r.cellEst(true, z1EngineFixed), func() (map[string]float64, error) {
+				return runFreshSubBlock(ctx, ef, "/z1", sz.Z1Bytes, z1BS, z1Depth, sz.Warmup, sz.Cell, uint64(rep+1))
+			}))
+			if err := ef.close(); err != nil {
+				r.note("Z1: closing the engine: %v", err)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}, func(p *peer) {
+		j := sysJob{name: "z1", rw: "randwrite", path: p.z1, direct: true, ioengine: "libaio", bs: z1BS, numjobs: 1, iodepth: z1Depth,
+			size: sz.Z1Bytes, runtime: sz.Cell, ramp: sz.Warmup, timeBased: true, fresh: true, randseed: 61}
+		a := rs.acc(p.label, func() Row {
+			return Row{Target: p.label, Policy: PolicyPeer, Params: r.peerParams(p, "", "", map[string]any{
+				"bs": z1BS, "depth": z1Depth, "region_bytes": sz.Z1Bytes, "warmup_s": sz.Warmup.Seconds()})}
+		})
+		// The runner makes the file: an old one must not be reused.
+		if err := os.Remove(p.z1); err != nil && !os.IsNotExist(err) {
+			a.record(nil, err)
+			return
+		}
+		r.runPeer(ctx, "Z1", p, []peerJob{{j, fmt.Sprintf("%s bs=%d QD%d fresh file", p.label, z1BS, z1Depth), a}}, false, false, false, r.cellEst(true, r.peerFixed(false)))
+		if err := os.Remove(p.z1); err != nil && !os.IsNotExist(err) {
+			r.note("Z1: removing %s: %v", p.z1, err)
+		}
+	})
+	return e
 }

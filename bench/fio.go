@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -12,8 +13,10 @@ import (
 // sysJob is one peer workload, in fio's terms: the fio runner passes it
 // to fio as is, the Go runner imitates it with goroutines.
 type sysJob struct {
-	name     string
-	rw       string // read, randrw, randwrite, randread, write
+	name string
+	// rw is read, randrw, randwrite, randread, write, or append (A1:
+	// the Go runner only, see goRunner.appends; fio has no O_APPEND).
+	rw       string
 	path     string
 	direct   bool
 	ioengine string // psync, libaio, io_uring
@@ -32,6 +35,13 @@ type sysJob struct {
 	endFsync   bool // fsync at the end, timed
 	forceAsync bool // io_uring: IOSQE_ASYNC on every request
 	randseed   uint64
+	// fresh has the runner make the file, fallocated (mode 0) to size
+	// and never written (fio --fallocate=native, the file created by
+	// fio); the caller removes any old one first. Random writes then
+	// cover each place at most once (fio's random map: each bs-sized
+	// block; the Go runner: each file-system block), so that they land
+	// in unwritten extents.
+	fresh bool
 }
 
 // sysResult is what a sysRunner measured.
@@ -97,6 +107,13 @@ func fioJob(j sysJob) fio.Job {
 	if strings.HasPrefix(j.rw, "rand") {
 		fj.NoRandomMap, fj.NoRandRepeat, fj.RandSeed = true, true, j.randseed
 	}
+	if j.fresh {
+		// fio creates the file and fallocates it (fallocate(fd, 0, 0,
+		// size)); a write job without overwrite=1 does not lay it out,
+		// so nothing is written before the job's own writes. The random
+		// map stays on: no block is written twice.
+		fj.NoFileCreate, fj.Fallocate, fj.NoRandomMap = false, "native", false
+	}
 	return fj
 }
 
@@ -120,6 +137,9 @@ func (f fioRunner) cmdline(j sysJob) string {
 }
 
 func (f fioRunner) run(ctx context.Context, j sysJob) (sysResult, error) {
+	if j.rw == "append" {
+		return sysResult{}, fmt.Errorf("fio cannot run %s: it has no O_APPEND writes (--file_append=1 only starts each job's offset at the end of the file)", j.name)
+	}
 	r, err := f.runner().Run(ctx, fioJob(j))
 	return fioResult(r), err
 }

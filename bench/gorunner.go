@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,11 +31,20 @@ func (goRunner) describe(j sysJob) string {
 		s += fmt.Sprintf(" offset_increment=%d", j.offsetInc)
 	}
 	s += fmt.Sprintf(" runtime=%v ramp=%v time_based=%t sync=%t end_fsync=%t", j.runtime, j.ramp, j.timeBased, j.sync, j.endFsync)
+	switch {
+	case j.rw == "append":
+		s += " (each goroutine its own fd opened O_WRONLY|O_APPEND, write(2) of tagged records, until size or runtime; then verified)"
+	case j.fresh:
+		s += " fresh=fallocate(fd,0,0,size) (each write in a file-system block not written before)"
+	}
 	return s
 }
 
 func (g goRunner) run(ctx context.Context, j sysJob) (sysResult, error) {
 	res := sysResult{cmdline: g.describe(j)}
+	if j.rw == "append" {
+		return g.appends(ctx, j, res)
+	}
 	flags := unix.O_RDWR | unix.O_CLOEXEC
 	if j.rw == "read" || j.rw == "randread" {
 		flags = unix.O_RDONLY | unix.O_CLOEXEC
@@ -45,13 +55,32 @@ func (g goRunner) run(ctx context.Context, j sysJob) (sysResult, error) {
 	if j.sync {
 		flags |= unix.O_SYNC
 	}
-	fd, err := unix.Open(j.path, flags, 0)
+	if j.fresh {
+		flags |= unix.O_CREAT
+	}
+	fd, err := unix.Open(j.path, flags, 0o644)
 	if err != nil {
 		return res, &os.PathError{Op: "open", Path: j.path, Err: err}
 	}
 	defer unix.Close(fd)
 	if j.rw == "write" {
 		return g.seqWrite(ctx, fd, j, res)
+	}
+	// A fresh file: fallocated, never written, and each random write in
+	// a file-system block of its own, taken in a random order.
+	var fresh []int32
+	var fsBlock int64
+	var next atomic.Int64
+	if j.fresh {
+		if err := unix.Fallocate(fd, 0, 0, j.size); err != nil {
+			return res, &os.PathError{Op: "fallocate", Path: j.path, Err: err}
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return res, &os.PathError{Op: "fstat", Path: j.path, Err: err}
+		}
+		fsBlock = max(int64(st.Blksize), int64(j.bs))
+		fresh = freshBlockOrder(j.size/fsBlock, j.randseed+1)
 	}
 	n := max(j.numjobs, 1) * max(j.iodepth, 1)
 	bufs := make([][]byte, n)
@@ -83,6 +112,13 @@ func (g goRunner) run(ctx context.Context, j sysJob) (sysResult, error) {
 			off = rng.Int64N(blocks) * int64(j.bs)
 		case "randwrite":
 			off, write = rng.Int64N(blocks)*int64(j.bs), true
+			if fresh != nil {
+				i := next.Add(1) - 1
+				if i >= int64(len(fresh)) {
+					return true, 0, errLoopDone
+				}
+				off = int64(fresh[i])*fsBlock + rng.Int64N(fsBlock/int64(j.bs))*int64(j.bs)
+			}
 		case "randrw":
 			off, write = rng.Int64N(blocks)*int64(j.bs), rng.IntN(2) == 0
 		default:
@@ -144,5 +180,79 @@ func (goRunner) seqWrite(ctx context.Context, fd int, j sysJob, res sysResult) (
 	res.elapsed = time.Since(t0)
 	u := rusage.Self().Sub(ru0)
 	res.cpu, res.switches = u.CPU, u.Switches
+	return res, nil
+}
+
+// appends is A1's peer workload: numjobs goroutines, each with its own
+// descriptor of j.path opened O_WRONLY|O_APPEND (O_DIRECT if j.direct),
+// as numjobs processes would have, append j.bs-byte tagged records with
+// write(2) for j.ramp, then j.runtime, measured, or until the records
+// fill j.size. The file is made empty first; afterwards it is checked
+// (verifyRecords) and removed, and a failed check is the cell's error.
+func (goRunner) appends(ctx context.Context, j sysJob, res sysResult) (sysResult, error) {
+	n := max(j.numjobs, 1)
+	if err := os.WriteFile(j.path, nil, 0o644); err != nil {
+		return res, err
+	}
+	defer os.Remove(j.path)
+	flags := unix.O_WRONLY | unix.O_APPEND | unix.O_CLOEXEC
+	if j.direct {
+		flags |= unix.O_DIRECT
+	}
+	fds := make([]int, 0, n)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	bufs := make([][]byte, n)
+	for g := range bufs {
+		fd, err := unix.Open(j.path, flags, 0)
+		if err != nil {
+			return res, &os.PathError{Op: "open", Path: j.path, Err: err}
+		}
+		fds = append(fds, fd)
+		bufs[g] = device.AlignedBuf(j.bs)
+		fillRecordBody(bufs[g], g)
+	}
+	seq := make([]int64, n)
+	maxRecs := j.size / int64(j.bs)
+	var claimed atomic.Int64
+	op := func(g int, _ *rand.Rand) (bool, int, error) {
+		if claimed.Add(1) > maxRecs {
+			return true, 0, errLoopDone
+		}
+		tagRecord(bufs[g], g, seq[g])
+		m, err := unix.Write(fds[g], bufs[g])
+		if err != nil {
+			return true, 0, &os.PathError{Op: "write", Path: j.path, Err: err}
+		}
+		if m != j.bs {
+			return true, m, fmt.Errorf("%s: append of %d B wrote %d", j.path, j.bs, m)
+		}
+		seq[g]++
+		return true, m, nil
+	}
+	l, err := measureLoop(ctx, n, j.ramp, j.runtime, 5, op, nil, nil)
+	if err == nil && l.ops() == 0 {
+		err = fmt.Errorf("%s: no append completed in the measured window", j.path)
+	}
+	if err != nil {
+		return res, err
+	}
+	res.writeIOs, res.writeBytes = l.writes, l.writeBytes
+	res.elapsed, res.cpu, res.switches = l.elapsed, l.use.CPU, l.use.Switches
+	f, err := os.Open(j.path)
+	if err != nil {
+		return res, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return res, err
+	}
+	if err := verifyRecords(f, st.Size(), j.bs, seq); err != nil {
+		return res, fmt.Errorf("%s: %w", j.path, err)
+	}
 	return res, nil
 }

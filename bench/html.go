@@ -71,8 +71,10 @@ type htmlTable struct {
 type htmlCell struct{ Text, Class string }
 
 type htmlExperiment struct {
-	ID, Seed, Title, Workload, SeedNumbers string
-	Notes                                  []string
+	ID, Seed, Title, Workload, SeedNumbers, Goal string
+	// Heading is "W1 (seed 001)" or "A1 (beyond the seeds)".
+	Heading string
+	Notes   []string
 	// Spread is the note on the repeated runs' spread ("" for none).
 	Spread string
 	Charts []chartBlock
@@ -196,8 +198,8 @@ func (r *Report) envRows() []kvRow {
 	kv := func(k string, v ...span) { rows = append(rows, kvRow{k, v}) }
 	kv("command", code(env.Command))
 	kv("started / wall time", text(fmt.Sprintf("%s, %.0f s", env.Started, env.WallSeconds)))
-	kv("sizing", text(fmt.Sprintf("%s: W1-W4 file %d MiB, W5 file %d MiB; cells of %.2f s after %.2f s warm-up; median of %d runs (W5 %d, peers %d)",
-		env.Sizing, env.DataBytes>>20, env.W5Bytes>>20, env.CellSeconds, env.WarmupSeconds, env.Reps, env.W5Reps, env.PeerReps)))
+	kv("sizing", text(fmt.Sprintf("%s: W1-W4 file %d MiB, W5 file %d MiB, A1 file at most %d MiB, Z1 region %d MiB; cells of %.2f s after %.2f s warm-up; median of %d runs (W5 %d, peers %d)",
+		env.Sizing, env.DataBytes>>20, env.W5Bytes>>20, env.A1Bytes>>20, env.Z1Bytes>>20, env.CellSeconds, env.WarmupSeconds, env.Reps, env.W5Reps, env.PeerReps)))
 	kv("kernel", text(env.Kernel))
 	kv("CPUs", text(fmt.Sprintf("%d x %s; memory %d GiB", env.CPUs, env.CPUModel, env.MemoryBytes>>30)))
 	kv("machine load", text(fmt.Sprintf("loadavg %s before the run, %s at its end; all CPUs %.0f%% busy over the run, %.0f%% by other processes",
@@ -289,8 +291,8 @@ func htmlTableOf(t *table) htmlTable {
 }
 
 func htmlExperimentOf(e *Experiment) htmlExperiment {
-	he := htmlExperiment{ID: e.ID, Seed: e.Seed, Title: e.Title, Workload: e.Workload, SeedNumbers: e.SeedNumbers,
-		Notes: e.Notes, Spread: e.spreadSummary()}
+	he := htmlExperiment{ID: e.ID, Seed: e.Seed, Title: e.Title, Workload: e.Workload, SeedNumbers: e.SeedNumbers, Goal: e.Goal,
+		Heading: e.heading(), Notes: e.Notes, Spread: e.spreadSummary()}
 	switch e.ID {
 	case "W1":
 		he.Charts = chartsW1(e)
@@ -302,6 +304,10 @@ func htmlExperimentOf(e *Experiment) htmlExperiment {
 		he.Charts = chartsW4(e)
 	case "W5":
 		he.Charts = chartsW5(e)
+	case "A1":
+		he.Charts = chartsA1(e)
+	case "Z1":
+		he.Charts = chartsZ1(e)
 	}
 	for _, t := range e.tables() {
 		he.Tables = append(he.Tables, htmlTableOf(t))
@@ -809,4 +815,52 @@ func chartsW5(e *Experiment) []chartBlock {
 			barChart(fmt.Sprintf("%s I/O unit: engine device reads per MiB written (0 drawn at the baseline)", bsName(u)), "reads per MiB", groups, engine, reads, nil, true, 1200))
 	}
 	return []chartBlock{b}
+}
+
+// seedsLabel labels key k with the engine's concurrent/seeds ratio of
+// metric m (A1, Z1).
+func seedsLabel(e *Experiment, k map[string]any, m string) string {
+	return ratioLabel(e.Find(TargetEngine, PolicyConcurrent, k), e.Find(TargetEngine, PolicySeeds, k), m, "")
+}
+
+func chartsA1(e *Experiment) []chartBlock {
+	ss := styled(e)
+	b := chartBlock{Legend: legend(ss),
+		Note: fmt.Sprintf("Lines join the medians; the pale bars span the repeated runs (min to max). Blue labels: engine concurrent / seeds at each appender count (the goal: at least %.0fx at 8 and more).", a1Goal)}
+	var xs []string
+	for _, n := range a1Appenders {
+		xs = append(xs, fmt.Sprint(n))
+	}
+	for _, mode := range a1Modes {
+		vals := make([][]float64, len(ss))
+		spans := make([][][2]float64, len(ss))
+		for si, s := range ss {
+			for _, n := range a1Appenders {
+				row := e.Find(s.s.Target, s.s.Policy, map[string]any{"mode": mode, "appenders": n})
+				vals[si] = append(vals[si], metricOf(row, "iops"))
+				spans[si] = append(spans[si], sampleSpan(row, "iops"))
+			}
+		}
+		var labels []string
+		for _, n := range a1Appenders {
+			labels = append(labels, seedsLabel(e, map[string]any{"mode": mode, "appenders": n}, "iops"))
+		}
+		b.Charts = append(b.Charts, lineChart(fmt.Sprintf("%s 4 KiB appends to one file: appends/s", modeName(mode)), "appends/s", xs, "appenders (goroutines, each its own open file)", ss, vals, spans, labels, 590))
+	}
+	return []chartBlock{b}
+}
+
+func chartsZ1(e *Experiment) []chartBlock {
+	ss := styled(e)
+	keys := []map[string]any{{"bs": z1BS}}
+	groups := []string{fmt.Sprintf("%d B into unwritten blocks, QD%d", z1BS, z1Depth)}
+	label := func(k map[string]any) string { return seedsLabel(e, k, "iops") }
+	iops, labels := barValues(e, ss, keys, "iops", 1, label)
+	cpu, _ := barValues(e, ss, keys, "cpu_ns_per_io", 1e-3, nil)
+	return []chartBlock{{Legend: legend(ss),
+		Note: fmt.Sprintf("Blue label: engine concurrent / seeds (the goal: at least %.0fx). Peers' CPU is fio's jobs' (usr_cpu + sys_cpu), the engine's the whole bench process's.", z1Goal),
+		Charts: []*svgChart{
+			barChart("IOPS", "IOPS", groups, ss, iops, labels, false, 590),
+			barChart("CPU time per write (getrusage user+system)", "us per write", groups, ss, cpu, nil, false, 590),
+		}}}
 }

@@ -20,7 +20,7 @@ func syntheticReport(hostile string) *Report {
 		LoadAvgStart: "0.1 " + hostile, LoadAvgEnd: "0.2", MachineBusyPct: 80, OthersBusyPct: 50, Kernel: "Linux " + hostile, CPUs: 2, CPUModel: "cpu " + hostile, MemoryBytes: 8 << 30,
 		Device:  DeviceInfo{Name: "vda", Model: hostile, MountPoint: "/", MountSource: "/dev/vda", MountFSType: "ext4", MountOptions: "rw," + hostile},
 		WorkDir: "/tmp/" + hostile, SluiceVersion: "v0 " + hostile, GoVersion: "go1", Fio: "fio-3 " + hostile, ColdMethod: hostile,
-		Options: map[string]string{PolicyClassic: "classic " + hostile, PolicyConcurrent: "concurrent", "device": "dev " + hostile,
+		Options: map[string]string{PolicyClassic: "classic " + hostile, PolicySeeds: "seeds", PolicyConcurrent: "concurrent", "device": "dev " + hostile,
 			without("OptimisticUnalignedWrites").label: "w/o 000"},
 		Volumes: []VolumeInfo{{Role: "main " + hostile, Path: "/v/" + hostile, SizeBytes: 1 << 30, BlockSize: 4096, IOUnit: 512, File: "/f/" + hostile, FileBytes: 64 << 20}},
 		Peers:   []PeerInfo{{Label: "fio:raw", Dir: "/d/" + hostile, FSType: "ext4", Runner: "fio", Device: "vda", Setup: hostile}},
@@ -101,7 +101,22 @@ func syntheticReport(hostile string) *Report {
 		}
 	}
 	w5.Rows = append(w5.Rows, Row{Target: TargetEngine, Policy: PolicyConcurrent, Params: map[string]any{"bs": 1, "cmdline": hostile}, Error: "failed " + hostile})
-	rep.Experiments = []Experiment{w1, w2, w3, w4, w5}
+	azPols := []string{PolicyClassic, PolicySeeds, PolicyConcurrent}
+	a1 := exp("A1", "")
+	a1.SeedNumbers, a1.Goal = "", "goal "+hostile
+	for _, t := range targets(azPols) {
+		for _, mode := range a1Modes {
+			for _, n := range a1Appenders {
+				a1.Rows = append(a1.Rows, row(t[0], t[1], map[string]any{"mode": mode, "appenders": n}, "iops", "mib_s", "cpu_ns_per_io", "excl_lock_frac", "max_in_flight"))
+			}
+		}
+	}
+	z1 := exp("Z1", "")
+	z1.SeedNumbers, z1.Goal = "", "goal "+hostile
+	for _, t := range targets(azPols) {
+		z1.Rows = append(z1.Rows, row(t[0], t[1], map[string]any{"bs": z1BS}, "iops", "mib_s", "cpu_ns_per_io", "excl_lock_frac", "drains_per_io", "converted_frac"))
+	}
+	rep.Experiments = []Experiment{w1, w2, w3, w4, w5, a1, z1}
 	return rep
 }
 
@@ -127,18 +142,18 @@ func TestHTMLEscapes(t *testing.T) {
 	}
 	// The markup around it is intact: every experiment with its charts,
 	// tables and failed cells, and the page closed.
-	if n, m := strings.Count(hs, "<svg"), strings.Count(hs, "</svg>"); n != 14 || n != m {
-		t.Errorf("HTML has %d <svg and %d </svg>, want 14", n, m)
+	if n, m := strings.Count(hs, "<svg"), strings.Count(hs, "</svg>"); n != 18 || n != m {
+		t.Errorf("HTML has %d <svg and %d </svg>, want 18", n, m)
 	}
 	if n, m := strings.Count(hs, "<title>"), strings.Count(hs, "</title>"); n != m || n < 100 {
 		t.Errorf("HTML has %d <title> and %d </title>", n, m)
 	}
-	for _, id := range []string{"env", "headlines", "W1", "W2", "W3", "W4", "W5"} {
+	for _, id := range []string{"env", "headlines", "W1", "W2", "W3", "W4", "W5", "A1", "Z1"} {
 		if !strings.Contains(hs, fmt.Sprintf("<h2 id=\"%s\">", id)) {
 			t.Errorf("HTML lacks section %s", id)
 		}
 	}
-	for _, s := range []string{"<!DOCTYPE html>", "</main></body></html>", "Failed cells:", "<polyline", "<rect", "class=\"legend\"", "<table class=\"kv\">"} {
+	for _, s := range []string{"<!DOCTYPE html>", "</main></body></html>", "Failed cells:", "A1 (beyond the seeds)", "The goal.", "<polyline", "<rect", "class=\"legend\"", "<table class=\"kv\">"} {
 		if !strings.Contains(hs, s) {
 			t.Errorf("HTML lacks %q", s)
 		}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -55,17 +56,27 @@ type workerCount struct {
 	_                             [32]byte
 }
 
+// errLoopDone, returned by an op, says that the cell's work is used up
+// (a cell bounded by a count as well as by time: A1's file is full,
+// Z1's fresh blocks are all written). It is not an error: measureLoop
+// closes the measured window at once and stops every goroutine.
+var errLoopDone = errors.New("bench: the cell's work is done")
+
 // measureLoop runs op from n goroutines: for warm (not measured), then
 // for dur, measured: the I/Os completed in that window, its length and
 // the process's CPU time in it. onMeasure, if set, runs as the window
 // opens (to reset counters); onEnd as it closes, before the goroutines
-// stop. The first error of any goroutine ends the run.
+// stop. The first error of any goroutine ends the run. An op that
+// returns errLoopDone ends the window early; if that happens during the
+// warm-up, the cell had too little work and measureLoop fails. A window
+// in which no I/O completed is extended until one does (at most to ten
+// times dur).
 func measureLoop(ctx context.Context, n int, warm, dur time.Duration, seed uint64, op opFunc, onMeasure, onEnd func()) (loopResult, error) {
 	counts := make([]workerCount, n)
 	var stop atomic.Bool
-	var errOnce sync.Once
+	var errOnce, doneOnce sync.Once
 	var firstErr error
-	failed := make(chan struct{})
+	failed, done := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
 	for g := 0; g < n; g++ {
 		wg.Add(1)
@@ -75,6 +86,10 @@ func measureLoop(ctx context.Context, n int, warm, dur time.Duration, seed uint6
 			c := &counts[g]
 			for !stop.Load() {
 				w, nb, err := op(g, rng)
+				if err == errLoopDone {
+					doneOnce.Do(func() { close(done) })
+					return
+				}
 				if err != nil {
 					errOnce.Do(func() { firstErr = err; close(failed) })
 					return
@@ -107,14 +122,25 @@ func measureLoop(ctx context.Context, n int, warm, dur time.Duration, seed uint6
 		}
 		return loopResult{}, err
 	}
-	if err := sleepCtx(ctx, warm, failed); err != nil {
+	if err := sleepCtx(ctx, warm, failed, done); err == errWorkDone {
+		return finish(fmt.Errorf("the cell's work was used up in its %v warm-up: nothing left to measure", warm))
+	} else if err != nil {
 		return finish(err)
 	}
 	if onMeasure != nil {
 		onMeasure()
 	}
 	a, ru0, t0 := sum(), rusage.Self(), time.Now()
-	if err := sleepCtx(ctx, dur, failed); err != nil {
+	err := sleepCtx(ctx, dur, failed, done)
+	if err == nil && sum().ops() == a.ops() {
+		// Nothing completed in the window (a stall, or a machine busy
+		// with other work): extend it until something does, up to ten
+		// times its length, so that a slow cell reports a rate.
+		for end := t0.Add(10 * dur); err == nil && sum().ops() == a.ops() && time.Now().Before(end); {
+			err = sleepCtx(ctx, time.Millisecond, failed, done)
+		}
+	}
+	if err != nil && err != errWorkDone {
 		return finish(err)
 	}
 	b, ru1, t1 := sum(), rusage.Self(), time.Now()
@@ -131,11 +157,15 @@ func measureLoop(ctx context.Context, n int, warm, dur time.Duration, seed uint6
 	}, nil
 }
 
-// errWorkerFailed is returned by sleepCtx when a worker failed.
-var errWorkerFailed = errors.New("a worker failed")
+// errWorkerFailed and errWorkDone are returned by sleepCtx when a
+// worker failed, or when one found the work used up (errLoopDone).
+var (
+	errWorkerFailed = errors.New("a worker failed")
+	errWorkDone     = errors.New("the work is done")
+)
 
-// sleepCtx sleeps for d, or until ctx ends or failed is closed.
-func sleepCtx(ctx context.Context, d time.Duration, failed <-chan struct{}) error {
+// sleepCtx sleeps for d, or until ctx ends or failed or done is closed.
+func sleepCtx(ctx context.Context, d time.Duration, failed, done <-chan struct{}) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
@@ -148,5 +178,7 @@ func sleepCtx(ctx context.Context, d time.Duration, failed <-chan struct{}) erro
 		return ctx.Err()
 	case <-failed:
 		return errWorkerFailed
+	case <-done:
+		return errWorkDone
 	}
 }

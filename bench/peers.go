@@ -27,8 +27,9 @@ type peer struct {
 	label string
 	dir   string
 	info  PeerInfo
-	// data and w5 are the prepared files ("" if not needed).
-	data, w5 string
+	// data and w5 are the prepared files ("" if not needed); a1 and z1
+	// the files A1's and Z1's cells make afresh.
+	data, w5, a1, z1 string
 	// keep leaves the files in place at the end (a kept work directory).
 	keep bool
 	// dev is the block device's major:minor for device counts ("" if

@@ -31,6 +31,8 @@ type Env struct {
 	Sizing        string  `json:"sizing"`
 	DataBytes     int64   `json:"data_bytes"`
 	W5Bytes       int64   `json:"w5_bytes"`
+	A1Bytes       int64   `json:"a1_bytes"`
+	Z1Bytes       int64   `json:"z1_bytes"`
 	CellSeconds   float64 `json:"cell_seconds"`
 	WarmupSeconds float64 `json:"warmup_seconds"`
 	Reps          int     `json:"reps"`
@@ -124,16 +126,20 @@ type PeerInfo struct {
 }
 
 // Experiment is one seed's experiment: its rows, and the seed's own
-// numbers to compare with.
+// numbers to compare with; or one beyond the seeds (A1, Z1), with the
+// goal its issue set instead.
 type Experiment struct {
-	ID    string `json:"id"`
+	ID string `json:"id"`
+	// Seed is the seed's number, "" for A1 and Z1.
 	Seed  string `json:"seed"`
 	Title string `json:"title"`
 	// Workload describes exactly what ran.
 	Workload string `json:"workload"`
 	// SeedNumbers is the seed's own measurement, as the caption of the
-	// table.
+	// table ("" for A1 and Z1).
 	SeedNumbers string `json:"seed_numbers"`
+	// Goal is what the issue asks of an experiment beyond the seeds ("").
+	Goal string `json:"goal,omitempty"`
 	// Notes qualify the numbers (how cold, which runner, ...).
 	Notes []string `json:"notes,omitempty"`
 	Rows  []Row    `json:"rows"`

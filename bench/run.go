@@ -27,6 +27,7 @@ type runner struct {
 	keep    bool // volumes and prepared files are kept for reuse
 
 	main, u4k, u64k *engineVol
+	az              *engineVol // A1's and Z1's volume (files made per cell)
 	peers           []*peer
 	sys             sysRunner
 
@@ -52,6 +53,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	env.Started = start.Format(time.RFC3339)
 	sz := r.sz
 	env.Sizing, env.DataBytes, env.W5Bytes = sz.Name, sz.DataBytes, sz.W5Bytes
+	env.A1Bytes, env.Z1Bytes = sz.A1Bytes, sz.Z1Bytes
 	env.CellSeconds, env.WarmupSeconds = sz.Cell.Seconds(), sz.Warmup.Seconds()
 	env.Reps, env.W5Reps, env.PeerReps = sz.Reps, sz.W5Reps, sz.PeerReps
 	env.Options = map[string]string{}
@@ -99,7 +101,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	exps := []struct {
 		id  string
 		run func(context.Context) Experiment
-	}{{"W1", r.w1}, {"W2", r.w2}, {"W3", r.w3}, {"W4", r.w4}, {"W5", r.w5}}
+	}{{"W1", r.w1}, {"W2", r.w2}, {"W3", r.w3}, {"W4", r.w4}, {"W5", r.w5}, {"A1", r.a1}, {"Z1", r.z1}}
 	for _, x := range exps {
 		if !cfg.wants(x.id) {
 			continue
@@ -125,11 +127,27 @@ func (r *runner) needData() bool {
 
 func (r *runner) needW5() bool { return r.cfg.wants("W5") }
 
+func (r *runner) needAZ() bool { return r.cfg.wants("A1") || r.cfg.wants("Z1") }
+
+// azBytes is the most that A1 or Z1 keeps in one file at once (each
+// cell removes its file at the end).
+func (r *runner) azBytes() int64 {
+	var n int64
+	if r.cfg.wants("A1") {
+		n = r.sz.A1Bytes
+	}
+	if r.cfg.wants("Z1") {
+		n = max(n, r.sz.Z1Bytes)
+	}
+	return n
+}
+
 func (r *runner) checkConfig() error {
 	sz := r.sz
 	var errs []error
-	if sz.DataBytes < 1<<20 || sz.DataBytes%(1<<20) != 0 || sz.W5Bytes < 1<<20 || sz.W5Bytes%(1<<20) != 0 {
-		errs = append(errs, fmt.Errorf("file sizes must be positive multiples of 1 MiB (data %d, w5 %d)", sz.DataBytes, sz.W5Bytes))
+	mib := func(n int64) bool { return n >= 1<<20 && n%(1<<20) == 0 }
+	if !mib(sz.DataBytes) || !mib(sz.W5Bytes) || !mib(sz.A1Bytes) || !mib(sz.Z1Bytes) {
+		errs = append(errs, fmt.Errorf("file sizes must be positive multiples of 1 MiB (data %d, w5 %d, a1 %d, z1 %d)", sz.DataBytes, sz.W5Bytes, sz.A1Bytes, sz.Z1Bytes))
 	}
 	if sz.Cell <= 0 || sz.Warmup < 0 || sz.Reps < 1 || sz.W5Reps < 1 || sz.PeerReps < 1 {
 		errs = append(errs, fmt.Errorf("cell time %v, warm-up %v and repetitions (%d, %d, %d) must be positive", sz.Cell, sz.Warmup, sz.Reps, sz.W5Reps, sz.PeerReps))
@@ -240,6 +258,9 @@ func (r *runner) setupVolumes(ctx context.Context) error {
 	if r.needW5() {
 		need += 2 * volSize(r.sz.W5Bytes)
 	}
+	if r.needAZ() {
+		need += volSize(r.azBytes())
+	}
 	if !r.cfg.NoRaw {
 		if r.needData() {
 			need += r.sz.DataBytes
@@ -247,6 +268,7 @@ func (r *runner) setupVolumes(ctx context.Context) error {
 		if r.needW5() {
 			need += r.sz.W5Bytes
 		}
+		need += r.azBytes()
 	}
 	if r.cfg.KernelPeers {
 		need += 2 * r.kernelImageBytes()
@@ -277,7 +299,26 @@ func (r *runner) setupVolumes(ctx context.Context) error {
 			vols = append(vols, v)
 		}
 	}
-	for _, v := range vols {
+	if r.needAZ() {
+		// A1's and Z1's files are made afresh by each cell: nothing to
+		// prepare. 4 KiB blocks and a 512 B I/O unit, as W1-W4's volume,
+		// so that Z1's 512 B direct writes are sub-block writes.
+		r.az = &engineVol{role: "A1, Z1", dir: filepath.Join(r.work, "vol-az"), fileBytes: r.azBytes(),
+			blockSize: 4096, ioUnit: 512, sizeBytes: volSize(r.azBytes())}
+		if err := ensureVolume(r.az.dir, r.az.sizeBytes, 4096, 512, r.keep); err != nil {
+			return fmt.Errorf("making the A1/Z1 volume: %w", err)
+		}
+	}
+	for _, v := range append(vols, r.az) {
+		if v == nil {
+			continue
+		}
+		if v == r.az {
+			if err := r.noteVolume(v, time.Now(), "/a1, /z1 (made afresh by each cell)"); err != nil {
+				return err
+			}
+			continue
+		}
 		t0 := time.Now()
 		if err := v.prepare(); err != nil {
 			return fmt.Errorf("preparing %s in %s: %w", v.file, v.dir, err)
@@ -285,22 +326,9 @@ func (r *runner) setupVolumes(ctx context.Context) error {
 		if v.cleanFile {
 			r.cleanups = append(r.cleanups, v.removeFile)
 		}
-		e, err := v.open(polConcurrent.pol)
-		if err != nil {
+		if err := r.noteVolume(v, t0, v.file); err != nil {
 			return err
 		}
-		v.blockSize, v.ioUnit = e.fs.BlockSize(), e.fs.IOUnit()
-		v.sizeBytes = int64(e.vol.Header.DeviceBytes)
-		info := v.info()
-		info.Device = e.device
-		if r.rep.Env.Options["device"] == "" {
-			r.rep.Env.Options["device"] = e.device
-		}
-		if err := e.close(); err != nil {
-			return err
-		}
-		r.rep.Env.Volumes = append(r.rep.Env.Volumes, info)
-		r.p.note("volume %s: %d B blocks, %d B I/O unit, %s of %d MiB ready in %v", v.dir, v.blockSize, v.ioUnit, v.file, v.fileBytes>>20, time.Since(t0).Round(10*time.Millisecond))
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -308,8 +336,30 @@ func (r *runner) setupVolumes(ctx context.Context) error {
 	return nil
 }
 
+// noteVolume reads v's geometry back from the volume and records it in
+// the environment; file names the benchmark files in it.
+func (r *runner) noteVolume(v *engineVol, t0 time.Time, file string) error {
+	e, err := v.open(polConcurrent.pol)
+	if err != nil {
+		return err
+	}
+	v.blockSize, v.ioUnit = e.fs.BlockSize(), e.fs.IOUnit()
+	v.sizeBytes = int64(e.vol.Header.DeviceBytes)
+	info := v.info()
+	info.File, info.Device = file, e.device
+	if r.rep.Env.Options["device"] == "" {
+		r.rep.Env.Options["device"] = e.device
+	}
+	if err := e.close(); err != nil {
+		return err
+	}
+	r.rep.Env.Volumes = append(r.rep.Env.Volumes, info)
+	r.p.note("volume %s: %d B blocks, %d B I/O unit, %s of %d MiB ready in %v", v.dir, v.blockSize, v.ioUnit, file, v.fileBytes>>20, time.Since(t0).Round(10*time.Millisecond))
+	return nil
+}
+
 func (r *runner) kernelImageBytes() int64 {
-	return r.sz.DataBytes + r.sz.W5Bytes + 512<<20
+	return r.sz.DataBytes + r.sz.W5Bytes + r.azBytes() + 512<<20
 }
 
 // setupPeers makes the raw image, the kernel peers and the files in each
@@ -366,6 +416,26 @@ func (r *runner) setupPeers(ctx context.Context) error {
 			p.w5 = prefix + "w5.img"
 			files = append(files, p.w5)
 		}
+		// A1's and Z1's files are made by each cell and removed after
+		// it; the clean-up catches a cell that was cut short.
+		var fresh []string
+		if r.cfg.wants("A1") {
+			p.a1 = prefix + "a1.img"
+			fresh = append(fresh, p.a1)
+		}
+		if r.cfg.wants("Z1") {
+			p.z1 = prefix + "z1.img"
+			fresh = append(fresh, p.z1)
+		}
+		r.cleanups = append(r.cleanups, func() error {
+			var errs []error
+			for _, f := range fresh {
+				if err := os.Remove(f); err != nil && !os.IsNotExist(err) {
+					errs = append(errs, err)
+				}
+			}
+			return errors.Join(errs...)
+		})
 		if !p.keep {
 			r.cleanups = append(r.cleanups, func() error {
 				var errs []error
@@ -448,6 +518,12 @@ func (r *runner) plan() {
 		case "W5":
 			r.p.plan(2*2*len(w5BS)*2*sz.W5Reps, r.cellEst(false, sz.Cell/4+60*time.Millisecond))
 			r.p.plan(len(w5BS)*2*sz.PeerReps*np, r.cellEst(false, sz.Cell/4+r.peerFixed(true)))
+		case "A1":
+			r.p.plan(len(a1Policies)*len(a1Modes)*len(a1Appenders)*sz.Reps, r.cellEst(true, a1EngineFixed))
+			r.p.plan(len(a1Modes)*len(a1Appenders)*sz.PeerReps*np, r.cellEst(true, a1PeerFixed))
+		case "Z1":
+			r.p.plan(len(z1Policies)*sz.Reps, r.cellEst(true, z1EngineFixed))
+			r.p.plan(sz.PeerReps*np, r.cellEst(true, r.peerFixed(false)))
 		}
 	}
 }

@@ -22,9 +22,10 @@ import (
 // page. It never checks speed.
 //
 // Sizing: Smoke by default (every cell for 40 ms on 16 MiB files; about
-// 30 s, most of it fio's start-up, and about the same under -race, since
+// 40 s, most of it fio's start-up, and about the same under -race, since
 // cells are time-bound), or Quick with SLUICE_BENCH_SMOKE=quick (what
-// `sluice bench --quick --json` runs; under a minute without -race).
+// `sluice bench --quick --json` runs; about a minute and a half without
+// -race, A1 and Z1 about 25 s of it).
 // The volumes go in SLUICE_BENCH_DIR, or t.TempDir(): it must be on a
 // file system that takes O_DIRECT (not tmpfs).
 
@@ -92,20 +93,23 @@ func TestSmokeGoRunner(t *testing.T) {
 		t.Skip("-short")
 	}
 	sz := Smoke
-	rep := runSmoke(t, Config{Sizing: sz, Fio: "none", Only: []string{"W2", "W5"}})
+	rep := runSmoke(t, Config{Sizing: sz, Fio: "none", Only: []string{"W2", "W5", "Z1"}})
 	if rep.Env.Fio != "" {
 		t.Errorf("env.fio = %q with --fio none", rep.Env.Fio)
 	}
 	js := reportJSON(t, rep)
 	exps := js["experiments"].([]any)
-	if len(exps) != 2 {
-		t.Fatalf("%d experiments, want W2 and W5", len(exps))
+	if len(exps) != 3 {
+		t.Fatalf("%d experiments, want W2, W5 and Z1", len(exps))
 	}
 	for _, e := range exps {
 		for _, r := range e.(map[string]any)["rows"].([]any) {
 			row := r.(map[string]any)
 			if row["target"] == "go:raw" && !strings.HasPrefix(fmt.Sprint(row["params"].(map[string]any)["cmdline"]), "go-runner ") {
 				t.Errorf("go:raw row without the Go runner's description: %v", row["params"])
+			}
+			if s, _ := row["error"].(string); s != "" {
+				t.Errorf("%v %v %v: error %s", e.(map[string]any)["id"], row["target"], row["policy"], s)
 			}
 		}
 	}
@@ -152,7 +156,7 @@ func checkReport(t *testing.T, rep *Report, sz Sizing, fio bool) {
 		t.Errorf("env.fio = %v, want fio's path and version", env["fio"])
 	}
 	opts, _ := env["options"].(map[string]any)
-	for _, p := range []string{"classic", "concurrent"} {
+	for _, p := range []string{"classic", "seeds", "concurrent"} {
 		if s := fmt.Sprint(opts[p]); !strings.Contains(s, "policy="+p) {
 			t.Errorf("env.options[%s] = %q, not an Options.String()", p, s)
 		}
@@ -183,7 +187,7 @@ func checkReport(t *testing.T, rep *Report, sz Sizing, fio bool) {
 			metrics map[string][]string
 		}{seed, cells, map[string][]string{"engine": engineM, "peer": peerM}}
 	}
-	var c1, c2, c3, c4, c5 []cell
+	var c1, c2, c3, c4, c5, ca, cz []cell
 	for _, bs := range w1BS {
 		for _, n := range w1Threads {
 			p := map[string]any{"bs": bs, "threads": n}
@@ -215,12 +219,28 @@ func checkReport(t *testing.T, rep *Report, sz Sizing, fio bool) {
 			c5 = append(c5, cell{raw, "kernel", map[string]any{"bs": bs, "sync": sync}})
 		}
 	}
+	// A1's peers always run through the Go runner (fio has no O_APPEND).
+	for _, mode := range a1Modes {
+		for _, n := range a1Appenders {
+			p := map[string]any{"mode": mode, "appenders": n}
+			for _, pol := range a1Policies {
+				ca = append(ca, cell{"engine", pol.label, p})
+			}
+			ca = append(ca, cell{"go:raw", "kernel", p})
+		}
+	}
+	for _, pol := range z1Policies {
+		cz = append(cz, cell{"engine", pol.label, map[string]any{"bs": z1BS}})
+	}
+	cz = append(cz, cell{raw, "kernel", map[string]any{"bs": z1BS}})
 	cpu := "cpu_ns_per_io"
 	add("W1", "001", c1, []string{"iops", "mib_s", cpu, "excl_lock_frac"}, []string{"iops", "mib_s", cpu})
 	add("W2", "000", c2, []string{"iops", "read_iops", "write_iops", "mib_s", "read_mib_s", "write_mib_s", cpu}, []string{"iops", "read_iops", "write_iops", "mib_s", "read_mib_s", "write_mib_s"})
 	add("W3", "002", c3, []string{"iops", cpu, "blocked_workers_max", "hashed_waits_per_io"}, []string{"iops", cpu})
 	add("W4", "003", c4, []string{"iops", cpu, "goroutines_max", "blocked_workers_max", "cache_hit_pct"}, []string{"iops", cpu})
 	add("W5", "004", c5, []string{"mib_s", "device_reads", "cache_reads", "rmw_unit_reads"}, []string{"mib_s"})
+	add("A1", "", ca, []string{"iops", "mib_s", cpu, "excl_lock_frac", "records"}, []string{"iops", "mib_s", cpu})
+	add("Z1", "", cz, []string{"iops", "mib_s", cpu, "excl_lock_frac", "drains_per_io", "max_in_flight", "converted_frac"}, []string{"iops", "mib_s"})
 
 	exps, _ := js["experiments"].([]any)
 	if len(exps) != len(AllExperiments) {
@@ -237,7 +257,11 @@ func checkReport(t *testing.T, rep *Report, sz Sizing, fio bool) {
 		if e["seed"] != w.seed {
 			t.Errorf("%s: seed %v, want %s", id, e["seed"], w.seed)
 		}
-		for _, k := range []string{"title", "workload", "seed_numbers"} {
+		text := []string{"title", "workload", "seed_numbers"}
+		if w.seed == "" {
+			text[2] = "goal"
+		}
+		for _, k := range text {
 			if s, _ := e[k].(string); s == "" {
 				t.Errorf("%s: %s is empty", id, k)
 			}
@@ -267,6 +291,11 @@ func checkReport(t *testing.T, rep *Report, sz Sizing, fio bool) {
 				t.Errorf("%s %s %v: no params.cmdline", id, c.target, c.params)
 			}
 			metrics, _ := row["metrics"].(map[string]any)
+			if id == "A1" && kind == "engine" && params["mode"] == "direct" {
+				if v, _ := metrics["max_in_flight"].(float64); v < 1 {
+					t.Errorf("A1 %s %v: max_in_flight = %v", c.policy, c.params, metrics["max_in_flight"])
+				}
+			}
 			for _, m := range w.metrics[kind] {
 				v, ok := metrics[m].(float64)
 				if !ok || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
@@ -286,8 +315,9 @@ func checkReport(t *testing.T, rep *Report, sz Sizing, fio bool) {
 	// The text report has every experiment's tables and the headlines.
 	var text bytes.Buffer
 	rep.WriteText(&text)
-	for _, s := range []string{"=== W1", "=== W2", "=== W3", "=== W4", "=== W5", "Headline ratios", "IOPS, engine classic:", "concurrent / classic:",
-		"seed 001 after / before", "MiB/s (fsync at the end included):", "Seed 004 ("} {
+	for _, s := range []string{"=== W1", "=== W2", "=== W3", "=== W4", "=== W5", "=== A1 (beyond the seeds)", "=== Z1 (beyond the seeds)", "Headline ratios", "IOPS, engine classic:", "concurrent / classic:",
+		"seed 001 after / before", "MiB/s (fsync at the end included):", "Seed 004 (", "Appends/s, O_DIRECT|O_APPEND", "Appends/s, buffered|O_APPEND",
+		"concurrent/seeds (goal >= 3x at 8+)", "concurrent/seeds (goal >= 3x)", "Goal: Issue 16", "(goal, at least)"} {
 		if !strings.Contains(text.String(), s) {
 			t.Errorf("text report lacks %q", s)
 		}
@@ -301,10 +331,10 @@ func checkReport(t *testing.T, rep *Report, sz Sizing, fio bool) {
 		t.Fatal(err)
 	}
 	hs := page.String()
-	if n, m := strings.Count(hs, "<svg"), strings.Count(hs, "</svg>"); n < 12 || n != m {
-		t.Errorf("HTML has %d <svg and %d </svg>, want at least 12 charts", n, m)
+	if n, m := strings.Count(hs, "<svg"), strings.Count(hs, "</svg>"); n < 16 || n != m {
+		t.Errorf("HTML has %d <svg and %d </svg>, want at least 16 charts", n, m)
 	}
-	for _, s := range []string{"<!DOCTYPE html>", "</html>", "W5 (seed 004)", "Options.String(), classic", "Headline ratios"} {
+	for _, s := range []string{"<!DOCTYPE html>", "</html>", "W5 (seed 004)", "A1 (beyond the seeds)", "Z1 (beyond the seeds)", "The goal.", "Options.String(), classic", "Options.String(), seeds", "Headline ratios"} {
 		if !strings.Contains(hs, s) {
 			t.Errorf("HTML lacks %q", s)
 		}

@@ -185,12 +185,17 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintln(w)
 	for i := range r.Experiments {
 		e := &r.Experiments[i]
-		fmt.Fprintf(w, "=== %s (seed %s): %s ===\n", e.ID, e.Seed, e.Title)
+		fmt.Fprintf(w, "=== %s: %s ===\n", e.heading(), e.Title)
 		fmt.Fprintln(w, wrap(e.Workload, 110, ""))
 		for _, n := range e.Notes {
 			fmt.Fprintln(w, wrap(n, 110, ""))
 		}
-		fmt.Fprintln(w, wrap(e.SeedNumbers, 110, "| "))
+		if e.SeedNumbers != "" {
+			fmt.Fprintln(w, wrap(e.SeedNumbers, 110, "| "))
+		}
+		if e.Goal != "" {
+			fmt.Fprintln(w, wrap("Goal: "+e.Goal, 110, "| "))
+		}
 		if s := e.spreadSummary(); s != "" {
 			fmt.Fprintln(w, wrap(s, 110, ""))
 		}
@@ -208,10 +213,19 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "wall time %.0f s\n", env.WallSeconds)
 }
 
+// heading names the experiment and its seed: "W1 (seed 001)", "A1
+// (beyond the seeds)".
+func (e *Experiment) heading() string {
+	if e.Seed == "" {
+		return e.ID + " (beyond the seeds)"
+	}
+	return fmt.Sprintf("%s (seed %s)", e.ID, e.Seed)
+}
+
 // keyParams are the identifying params of a row, for error lines.
 func keyParams(p map[string]any) string {
 	var parts []string
-	for _, k := range []string{"bs", "threads", "depth", "rings", "io_unit", "sync"} {
+	for _, k := range []string{"mode", "appenders", "bs", "threads", "depth", "rings", "io_unit", "sync"} {
 		if v, ok := p[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
 		}
@@ -448,6 +462,88 @@ func (e *Experiment) tablesW5() []*table {
 	return []*table{t, t2}
 }
 
+// fmtPct renders a fraction as a percentage.
+func fmtPct(v float64, ok bool) string {
+	if !ok || math.IsNaN(v) {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*v)
+}
+
+func (e *Experiment) tablesA1() []*table {
+	peers := e.peerSeries()
+	var out []*table
+	for _, mode := range a1Modes {
+		head := []string{"appenders", "classic", "seeds", "concurrent", fmt.Sprintf("concurrent/seeds (goal >= %.0fx at 8+)", a1Goal), "seeds/classic"}
+		for _, s := range peers {
+			head = append(head, s.Target)
+		}
+		if len(peers) > 0 {
+			head = append(head, "concurrent/"+peers[0].Target)
+		}
+		head = append(head, "CPU us/IO cl/se/co", "exclusive lock % se/co")
+		if mode == "direct" {
+			head = append(head, "max in flight se/co")
+		}
+		t := &table{title: fmt.Sprintf("Appends/s, %s|O_APPEND, 4 KiB records, one file, each appender its own open file:", modeName(mode)), header: head}
+		for _, n := range a1Appenders {
+			k := map[string]any{"mode": mode, "appenders": n}
+			cl, se, co := e.Find(TargetEngine, PolicyClassic, k), e.Find(TargetEngine, PolicySeeds, k), e.Find(TargetEngine, PolicyConcurrent, k)
+			r := []string{fmt.Sprint(n), cellText(cl, "iops", fmtIOPS), cellText(se, "iops", fmtIOPS), cellText(co, "iops", fmtIOPS),
+				fmtRatio(ratio(co, se, "iops")), fmtRatio(ratio(se, cl, "iops"))}
+			for _, s := range peers {
+				r = append(r, cellText(e.Find(s.Target, s.Policy, k), "iops", fmtIOPS))
+			}
+			if len(peers) > 0 {
+				r = append(r, fmtRatio(ratio(co, e.Find(peers[0].Target, peers[0].Policy, k), "iops")))
+			}
+			r = append(r, cellText(cl, "cpu_ns_per_io", fmtUS)+"/"+cellText(se, "cpu_ns_per_io", fmtUS)+"/"+cellText(co, "cpu_ns_per_io", fmtUS),
+				cellText(se, "excl_lock_frac", fmtPct)+"/"+cellText(co, "excl_lock_frac", fmtPct))
+			if mode == "direct" {
+				r = append(r, cellText(se, "max_in_flight", fmtCount)+"/"+cellText(co, "max_in_flight", fmtCount))
+			}
+			t.add(r...)
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func (e *Experiment) tablesZ1() []*table {
+	ss := e.series()
+	head := []string{"metric"}
+	for _, s := range ss {
+		head = append(head, s.label())
+	}
+	head = append(head, fmt.Sprintf("concurrent/seeds (goal >= %.0fx)", z1Goal), "concurrent/classic", "seeds/classic")
+	t := &table{title: fmt.Sprintf("%d B O_DIRECT random writes at QD%d into unwritten blocks:", z1BS, z1Depth), header: head}
+	k := map[string]any{"bs": z1BS}
+	cl, se, co := e.Find(TargetEngine, PolicyClassic, k), e.Find(TargetEngine, PolicySeeds, k), e.Find(TargetEngine, PolicyConcurrent, k)
+	for _, m := range []struct {
+		key, name string
+		f         func(float64, bool) string
+	}{
+		{"iops", "IOPS", fmtIOPS}, {"mib_s", "MiB/s", fmtMiB}, {"cpu_ns_per_io", "CPU us/IO", fmtUS},
+		{"excl_lock_frac", "exclusive lock %", fmtPct}, {"drains_per_io", "drains per write", func(v float64, ok bool) string {
+			if !ok {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", v)
+		}},
+		{"max_in_flight", "max in flight", fmtCount}, {"converted_frac", "region written %", fmtPct},
+	} {
+		r := []string{m.name}
+		for _, s := range ss {
+			r = append(r, cellText(e.Find(s.Target, s.Policy, k), m.key, m.f))
+		}
+		if m.key == "iops" || m.key == "mib_s" {
+			r = append(r, fmtRatio(ratio(co, se, m.key)), fmtRatio(ratio(co, cl, m.key)), fmtRatio(ratio(se, cl, m.key)))
+		}
+		t.add(r...)
+	}
+	return []*table{t}
+}
+
 // tables returns the experiment's tables.
 func (e *Experiment) tables() []*table {
 	switch e.ID {
@@ -461,6 +557,10 @@ func (e *Experiment) tables() []*table {
 		return e.tablesW4()
 	case "W5":
 		return e.tablesW5()
+	case "A1":
+		return e.tablesA1()
+	case "Z1":
+		return e.tablesZ1()
 	}
 	return nil
 }
@@ -471,7 +571,9 @@ type headline struct {
 	exp, what  string
 	ours, seed float64
 	oursOK     bool
-	vsPeer     string // engine concurrent / the first peer
+	// goal says seed is the issue's goal (A1, Z1), not a seed's ratio.
+	goal   bool
+	vsPeer string // engine concurrent / the first peer
 }
 
 // headlines picks, per experiment, the cells the seeds' claims are about.
@@ -564,6 +666,21 @@ func (r *Report) headlines() []headline {
 			}
 		}
 	}
+	goal := func(e *Experiment, what string, k map[string]any, metric string, g float64) {
+		add(e, what, e.Find(TargetEngine, PolicyConcurrent, k), e.Find(TargetEngine, PolicySeeds, k), metric, g, k)
+		out[len(out)-1].goal = true
+	}
+	if e := r.Experiment("A1"); e != nil {
+		for _, mode := range a1Modes {
+			for _, n := range []int{8, 32} {
+				goal(e, fmt.Sprintf("%s appends, %d appenders: concurrent/seeds appends/s", modeName(mode), n),
+					map[string]any{"mode": mode, "appenders": n}, "iops", a1Goal)
+			}
+		}
+	}
+	if e := r.Experiment("Z1"); e != nil {
+		goal(e, fmt.Sprintf("%d B into unwritten blocks, QD%d: concurrent/seeds IOPS", z1BS, z1Depth), map[string]any{"bs": z1BS}, "iops", z1Goal)
+	}
 	return out
 }
 
@@ -593,14 +710,18 @@ func (r *Report) headlineTable() *table {
 	if len(hs) == 0 {
 		return nil
 	}
-	t := &table{title: "=== Headline ratios: sluice's policy effect against the seed's own before/after ===",
+	t := &table{title: "=== Headline ratios: sluice's policy effect against the seed's own before/after (A1, Z1: against the issue's goal) ===",
 		header: []string{"exp", "comparison", "sluice", "seed", "sluice/seed", "engine concurrent vs peer"}}
 	for _, h := range hs {
 		rel := "-"
 		if h.oursOK && h.seed > 0 {
 			rel = fmtRatio(h.ours/h.seed, true)
 		}
-		t.add(h.exp, h.what, fmtRatio(h.ours, h.oursOK), fmtRatio(h.seed, h.seed > 0), rel, h.vsPeer)
+		seed := fmtRatio(h.seed, h.seed > 0)
+		if h.goal {
+			seed += " (goal, at least)"
+		}
+		t.add(h.exp, h.what, fmtRatio(h.ours, h.oursOK), seed, rel, h.vsPeer)
 	}
 	return t
 }

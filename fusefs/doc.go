@@ -144,6 +144,46 @@
 // with cached opens loses parallel direct writes; sluice is built for
 // direct and asynchronous I/O, where it changes nothing.
 //
+// # Appends
+//
+// FUSE has no append: a WRITE carries the offset the kernel chose, and its
+// answer (fuse_write_out) a byte count, never a position. Linux (6.18
+// here, fs/fuse/file.c) chooses the offset from its own i_size
+// (generic_write_checks_count: ki_pos = i_size for IOCB_APPEND) with the
+// inode lock held exclusive: fuse_cache_write_iter takes it for every
+// buffered write, and fuse_dio_wr_exclusive_lock asks for it for every
+// append, even on an open answered FOPEN_PARALLEL_DIRECT_WRITES ("Append
+// will need to know the eventual EOF - always needs an exclusive lock"),
+// and for every other direct write past i_size (fuse_io_past_eof). An
+// asynchronous direct write that extends the file is made synchronous
+// (fuse_direct_IO sets io->blocking: "We cannot asynchronously extend the
+// size of a file"), so libaio and io_uring appends too wait for their
+// answer under the lock. io_uring adds no parallelism of its own: it
+// issues O_DIRECT writes to a FUSE file inline on the submitting thread
+// (the file is pollable and, with POLL answered ENOSYS, fuse_file_poll
+// says writable, so io_file_supports_nowait holds; FUSE ignores
+// IOCB_NOWAIT), and punts buffered ones to io-wq hashed on the inode
+// (FUSE sets no FOP_DIO_PARALLEL_WRITE). With the writeback cache an
+// append only fills the page cache at the kernel's i_size
+// (iomap_file_buffered_write, under the same lock); the daemon sees
+// writeback, WRITEs with FUSE_WRITE_CACHE and no open flags at page
+// offsets, through whichever writable handle of the inode the kernel
+// picks.
+//
+// The WRITE of an append has O_APPEND in fuse_write_in.flags
+// (fuse_write_flags copies f_flags), but its offset is final: sluice
+// writes at it, and O_APPEND never reaches the engine (planOpen), which
+// would append a second time. No protocol feature lets a server take
+// appends concurrently (the write flags are CACHE, LOCKOWNER and
+// KILL_SUIDGID; passthrough, which sluice does not use, takes the same
+// lock in fuse_passthrough_write_iter), so the engine's parallel appends
+// (sluice.Policy.ParallelAppends) serve the library and the ring, not the
+// mount: the daemon never has two appends of one file at once. What the
+// mount does run in parallel are direct writes inside EOF on
+// FOPEN_PARALLEL_DIRECT_WRITES opens. TestConcurrentAppends,
+// TestDirectWriteConcurrencyAtDaemon and TestURingWritesThroughMount show
+// both at the daemon.
+//
 // # Whole-volume sync, copies and statx
 //
 // SyncFS (SYNCFS) is a sync point of the whole volume: the engine's

@@ -209,6 +209,9 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
 	t := fs.start()
 	defer fs.done(opWrite, t)
+	if hook := fs.writeHook.Load(); hook != nil {
+		defer (*hook)(in)()
+	}
 	h, st := fs.getHandle(in.Fh)
 	if !st.Ok() {
 		return 0, st

@@ -40,6 +40,11 @@ type FS struct {
 	// the looked-up name: a test makes it panic to check that the mount
 	// survives.
 	panicHook atomic.Pointer[func(name string)]
+	// writeHook, when set (tests only), runs at the start of Write with
+	// the request, and the function it returns runs when Write is done
+	// with the engine, before the reply: a test counts the WRITEs of an
+	// inode in flight at the daemon, and may hold them there.
+	writeHook atomic.Pointer[func(in *fuse.WriteIn) (done func())]
 }
 
 // FS overrides go-fuse's defaults with go-fuse's own signatures

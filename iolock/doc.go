@@ -1,11 +1,13 @@
-// Package iolock is the per-inode I/O lock and the in-flight direct-I/O
-// counter: sluice's equivalents of the XFS IOLOCK (the VFS i_rwsem, taken by
-// xfs_ilock(ip, XFS_IOLOCK_SHARED|XFS_IOLOCK_EXCL)) and of i_dio_count with
-// inode_dio_begin, inode_dio_end and inode_dio_wait.
+// Package iolock is the per-inode I/O lock, the in-flight direct-I/O counter
+// and the block-range lock: sluice's equivalents of the XFS IOLOCK (the VFS
+// i_rwsem, taken by xfs_ilock(ip, XFS_IOLOCK_SHARED|XFS_IOLOCK_EXCL)) and of
+// i_dio_count with inode_dio_begin, inode_dio_end and inode_dio_wait; and a
+// RangeLock of file blocks, which the kernel's file systems do not have.
 //
-// Every in-core inode embeds one Lock and one DIO. Their zero values are ready
-// to use (unlocked, nothing in flight); neither may be copied after first use.
-// Neither starts goroutines. The package imports nothing from sluice.
+// Every in-core inode embeds one Lock, one DIO and one RangeLock. Their zero
+// values are ready to use (unlocked, nothing in flight); none may be copied
+// after first use. None starts goroutines. The package imports nothing from
+// sluice.
 //
 // # Modes
 //
@@ -17,8 +19,9 @@
 //     this one), sub-block direct overwrites of written blocks.
 //   - Exclusive: one holder and nobody else. Taken by operations that change
 //     the file's size or layout in a way a concurrent I/O could observe half
-//     done: truncate, fallocate, EOF zeroing, sub-block writes that need
-//     zeroing or unwritten-extent conversion, buffered writes, O_APPEND.
+//     done: truncate, fallocate, EOF zeroing, buffered writes, and (unless
+//     block ranges order them, see Block ranges) sub-block writes that need
+//     zeroing or unwritten-extent conversion and O_APPEND writes.
 //
 // Compatibility (may a request be granted while the lock is held so?):
 //
@@ -101,67 +104,109 @@
 // # Which operation takes which mode
 //
 // The engine decides; this table is its contract and the only copy of it
-// (the engine's docs point here), following the XFS functions named in the
-// last column. "classic" and "concurrent" are the
-// engine's Policy presets (all seed optimisations off, or on); "same" means
-// as classic. Each cell starts with the modes the operation is granted, in
-// order, up to the first ";": "Shared, Exclusive" is a Shared hold dropped
-// and retaken Exclusive (there is no upgrade), "Demote" an Exclusive hold
-// demoted to Shared. The engine's TestLockModes (lockmodes_test.go, script
-// testdata/lockmodes) runs every row under both presets and checks those
-// modes against this table. "drain" is DIO.Wait under Exclusive.
+// (the engine's docs point here), following the XFS functions named under
+// each operation. "classic", "seeds" and "concurrent" are the engine's
+// Policy presets: every optimisation off; the five seeds' on (XFS today);
+// all on, including the two that go beyond the kernel (ParallelAppends,
+// BlockRangeExclusion). "same" means as the column to its left. Each cell
+// starts with the modes the operation is granted, in order, up to the
+// first ";": "Shared, Exclusive" is a Shared hold dropped and retaken
+// Exclusive (there is no upgrade), "Demote" an Exclusive hold demoted to
+// Shared, "Range" a RangeLock grant of the blocks the operation touches
+// (taken under the Shared hold). The engine's TestLockModes
+// (lockmodes_test.go, script testdata/lockmodes) runs every row under the
+// three presets and checks those modes against this table. "drain" is
+// DIO.Wait under Exclusive.
 //
-//	operation                          | classic                   | concurrent (default)      | kernel analogue
-//	-----------------------------------+---------------------------+---------------------------+-----------------------------
+//	operation                     | classic               | seeds                 | concurrent (default)
+//	------------------------------+-----------------------+-----------------------+----------------------
 //
-//	direct read                        | Exclusive, Demote; drain, | Shared; write back only   | xfs_file_dio_read
-//	                                   | write back and drop the   | the range's dirty cached  | (2011 / now)
-//	                                   | file's cached pages, then | pages                     |
-//	                                   | Demote and read           |                           |
+//	direct read                   | Exclusive, Demote;    | Shared; write back    | same
+//	(xfs_file_dio_read, 2011 /    | drain, write back and | only the range's      |
+//	now)                          | drop the file's       | dirty cached pages    |
+//	                              | cached pages, then    |                       |
+//	                              | Demote and read       |                       |
 //
-//	aligned direct write within EOF    | Shared                    | same                      | xfs_file_dio_write_aligned
+//	aligned direct write within   | Shared                | same                  | same
+//	EOF                           |                       |                       |
+//	(xfs_file_dio_write_aligned)  |                       |                       |
 //
-//	aligned direct write at EOF        | Shared; the new size is   | same                      | xfs_file_dio_write_aligned,
-//	                                   | published at completion   |                           | xfs_dio_write_end_io
+//	aligned direct write at EOF   | Shared; the new size  | same                  | same
+//	(xfs_file_dio_write_aligned,  | is published at       |                       |
+//	xfs_dio_write_end_io)         | completion            |                       |
 //
-//	aligned direct write past EOF      | Shared, Exclusive,        | same                      | xfs_file_write_checks
-//	                                   | Demote; the checks find   |                           | (EOF-gap branch)
-//	                                   | the gap: Unlock, Lock     |                           |
-//	                                   | Exclusive, redo them,     |                           |
-//	                                   | drain, zero [size, pos),  |                           |
-//	                                   | Demote, write             |                           |
+//	aligned direct write past EOF | Shared, Exclusive,    | same                  | same
+//	(xfs_file_write_checks,       | Demote; the checks    |                       |
+//	EOF-gap branch)               | find the gap: Unlock, |                       |
+//	                              | Lock Exclusive, redo  |                       |
+//	                              | them, drain, zero     |                       |
+//	                              | [size, pos), Demote,  |                       |
+//	                              | write                 |                       |
 //
-//	direct write that must strip       | Shared, Exclusive,        | same                      | xfs_file_write_checks
-//	suid, sgid or capabilities         | Demote; as past EOF, to   |                           | (!IS_NOSEC relock)
-//	                                   | strip them                |                           |
+//	direct write that must strip  | Shared, Exclusive,    | same                  | same
+//	suid, sgid or capabilities    | Demote; as past EOF,  |                       |
+//	(xfs_file_write_checks,       | to strip them         |                       |
+//	!IS_NOSEC relock)             |                       |                       |
 //
-//	sub-block direct write within      | Exclusive; drain,         | Shared; overwrite-only    | xfs_file_dio_write_unaligned
-//	EOF, over one written extent       | synchronous completion    |                           | (IOMAP_DIO_OVERWRITE_ONLY)
+//	sub-block direct write within | Exclusive; drain,     | Shared; overwrite-    | same
+//	EOF, over one written extent  | synchronous           | only                  |
+//	(xfs_file_dio_write_unaligned,| completion            |                       |
+//	IOMAP_DIO_OVERWRITE_ONLY)     |                       |                       |
 //
-//	sub-block direct write within      | Exclusive; drain,         | Shared, Exclusive; the    | xfs_file_dio_write_unaligned
-//	EOF, not one written extent        | synchronous completion    | overwrite-only attempt    | (then IOMAP_DIO_FORCE_WAIT)
-//	                                   |                           | fails: Unlock, Lock       |
-//	                                   |                           | Exclusive, redo every     |
-//	                                   |                           | check, drain, synchronous |
-//	                                   |                           | completion                |
+//	sub-block direct write within | Exclusive; drain,     | Shared, Exclusive;    | Shared, Range; the
+//	EOF, not one written extent   | synchronous           | the overwrite-only    | blocks it touches,
+//	(xfs_file_dio_write_unaligned,| completion            | attempt fails:        | held until its
+//	then IOMAP_DIO_FORCE_WAIT;    |                       | Unlock, Lock          | conversion is done;
+//	concurrent: none)             |                       | Exclusive, redo every | no drain
+//	                              |                       | check, drain,         |
+//	                              |                       | synchronous           |
+//	                              |                       | completion            |
 //
-//	sub-block direct write touching    | Exclusive; at once,       | same                      | xfs_file_dio_write_unaligned
-//	the EOF block or past EOF          | drain, synchronous        |                           | (pos+count >= isize)
-//	                                   | completion                |                           |
+//	sub-block direct overwrite in | Exclusive; drain,     | Shared; overwrite-    | Shared, Range; held
+//	the EOF block, within EOF     | synchronous           | only                  | against a buffered
+//	(xfs_file_dio_write_unaligned;| completion            |                       | append's page of the
+//	concurrent: none)             |                       |                       | same block
 //
-//	O_APPEND direct write              | Exclusive; held until the | same                      | ext4, FUSE (XFS: Shared)
-//	                                   | size is published: pos =  |                           |
-//	                                   | size is sampled under it  |                           |
+//	sub-block direct write ending | Exclusive; drain,     | same                  | Shared; as within
+//	at EOF                        | synchronous           |                       | EOF
+//	(xfs_file_dio_write_unaligned:| completion            |                       |
+//	pos+count >= isize)           |                       |                       |
 //
-//	buffered write (O_APPEND too)      | Exclusive; drain          | same                      | xfs_file_buffered_write
+//	sub-block direct write past   | Exclusive; at once,   | same                  | same
+//	EOF                           | drain, synchronous    |                       |
+//	(xfs_file_dio_write_unaligned)| completion            |                       |
 //
-//	buffered read                      | Shared                    | same                      | xfs_file_buffered_read
+//	O_APPEND direct write         | Exclusive; held until | same                  | Shared, Range; its
+//	(ext4, FUSE; XFS: Shared;     | the size is           |                       | range reserved at
+//	concurrent: none)             | published: pos = size |                       | the end of the last
+//	                              | is sampled under it   |                       | reservation, its
+//	                              |                       |                       | blocks held until
+//	                              |                       |                       | the size is
+//	                              |                       |                       | published, in
+//	                              |                       |                       | reservation order
 //
-//	truncate                           | Exclusive; drain          | same                      | xfs_setattr_size
+//	buffered write                | Exclusive; drain      | same                  | same
+//	(xfs_file_buffered_write)     |                       |                       |
 //
-//	fallocate, punch hole, zero range  | Exclusive; drain          | same                      | __xfs_file_fallocate
+//	O_APPEND buffered write       | Exclusive; drain      | same                  | Shared, Range; as
+//	(xfs_file_buffered_write;     |                       |                       | the O_APPEND direct
+//	concurrent: none)             |                       |                       | write (NOWAIT:
+//	                              |                       |                       | Exclusive, as
+//	                              |                       |                       | classic)
 //
-// Rows are separated by blank lines; a row's cells continue over its lines.
+//	buffered read                 | Shared                | same                  | same
+//	(xfs_file_buffered_read)      |                       |                       |
+//
+//	truncate                      | Exclusive; drain      | same                  | same
+//	(xfs_setattr_size)            |                       |                       |
+//
+//	fallocate, punch hole, zero   | Exclusive; drain      | same                  | same
+//	range                         |                       |                       |
+//	(__xfs_file_fallocate)        |                       |                       |
+//
+// Rows are separated by blank lines; a row's cells continue over its
+// lines, and the operation's lines in parentheses name its kernel
+// analogue.
 //
 // NOWAIT callers (RWF_NOWAIT, or the ring's inline first attempt) take the
 // same modes with TryLock (xfs_ilock_iocb, xfs_ilock_iocb_for_write), and
@@ -170,11 +215,32 @@
 // effects. Classic has no NOWAIT path of its own: the same rule applies.
 //
 // Two rules hold across the table. Exclusive is never needed during the data
-// I/O of an aligned direct write (other than an append), so that path
+// I/O of an aligned direct write (other than a classic append), so that path
 // demotes before submitting. And every Exclusive taken to change size or
 // layout drains in-flight direct I/O first, because holding Exclusive stops
 // only new submissions, not asynchronous I/O already submitted under an
-// earlier Shared hold.
+// earlier Shared hold (and, under ParallelAppends, not the appends in
+// flight, which count as in flight until their size is published).
+//
+// # Block ranges
+//
+// RangeLock is the second lock of an inode, taken only under a Shared hold
+// of its Lock: it orders the Shared holders that must not interleave on a
+// block, where the seeds' engine takes Exclusive and drains. Under
+// Policy.BlockRangeExclusion a sub-block direct write within EOF that must
+// allocate, convert an unwritten extent or zero part of a block (the seed
+// 000 fallback) locks the blocks it touches, and holds them until its
+// conversion is done: two such writes into one block are ordered, and the
+// second finds the block written and writes its bytes in place; writes to
+// other blocks, reads and aligned writes go on. Under
+// Policy.ParallelAppends every append locks the blocks it touches, queued in
+// reservation order, until its size is published; and a sub-block direct
+// overwrite of the EOF block locks it too, because a buffered append may
+// hold that block in a page it will write back whole. Truncate and the
+// other Exclusive operations take no range: Exclusive and the drain already
+// exclude every range holder. A RangeLock grant is FIFO among overlapping
+// requests (RangeLock's doc), so an operation waits only for earlier ones
+// that share a block with it.
 //
 // # In-flight direct I/O
 //

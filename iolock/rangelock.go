@@ -135,13 +135,14 @@ func (l *RangeLock) Enqueue(first, n uint64) *Range {
 			r.blockers++
 		}
 	}
-	r.granted = r.blockers == 0
-	if !r.granted {
+	granted := r.blockers == 0
+	r.granted = granted
+	if !granted {
 		l.mu.waiting++
 	}
 	l.pushLocked(r)
 	l.mu.Unlock()
-	if !r.granted {
+	if !granted {
 		l.stats.contended.Add(1)
 	}
 	return r

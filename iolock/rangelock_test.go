@@ -202,7 +202,7 @@ func TestRangeWaitAfterGrant(t *testing.T) {
 		t.Fatal("want a granted, b and c queued")
 	}
 	l.Unlock(a)
-	l.Wait(b) // granted by the Unlock: returns at once
+	l.Wait(b)   // granted by the Unlock: returns at once
 	l.Unlock(c) // gives up its place without waiting
 	d := l.TryLock(5, 1)
 	if d != nil {

@@ -79,7 +79,11 @@
 // writes ((*sluice.File).ParallelDirectWrites: open O_DIRECT on an engine
 // whose Policy.ParallelDirectWrites is set; FMODE_DIO_PARALLEL_WRITE): its
 // punts are not hashed and run in parallel, and the engine's I/O lock
-// decides what may overlap. Reads and fsyncs are never hashed.
+// decides what may overlap. Appends (RWFAppend, or a file open O_APPEND)
+// are not hashed either on an engine whose Policy.ParallelAppends is set
+// ((*sluice.File).ParallelAppends): they reserve their ranges themselves
+// and the engine publishes the size in reservation order. Reads and fsyncs
+// are never hashed.
 //
 // Hashing is an efficiency measure, not a correctness one: it keeps N
 // workers from piling up on one inode's exclusive lock. The engine must be

@@ -41,8 +41,7 @@ func (r *Ring) issue(q *request, onCompleter bool) {
 		}
 		n, err = s.File.ReadAsync(s.Buf, s.Off, s.Flags, retry, q.done)
 	case OpWrite:
-		if !nowait && s.File.Flags()&sluice.O_DIRECT == 0 &&
-			(s.Flags&sluice.RWFAppend != 0 || s.File.Flags()&sluice.O_APPEND != 0) {
+		if !nowait && s.File.Flags()&sluice.O_DIRECT == 0 && isAppend(s) {
 			// A buffered append may stop short under NOWAIT, and its
 			// continuation would append again at an EOF another
 			// append may have moved: it goes to the pool whole, where
@@ -122,14 +121,17 @@ func (r *Ring) reissue(q *request) {
 
 // punt hands q to the pool (io_queue_async): hashed on its inode if it is
 // a write, fallocate or truncate of a file that does not take parallel
-// direct writes (io_prep_async_work with hash_reg_file).
+// direct writes (io_prep_async_work with hash_reg_file), unless it is an
+// append to a file whose appends run in parallel.
 func (r *Ring) punt(q *request, onCompleter bool) {
 	r.stats.punts.Add(1)
 	q.flags |= CQEPunted
 	s := &q.sqe
 	hashed := false
 	switch s.Op {
-	case OpWrite, OpFallocate, OpTruncate:
+	case OpWrite:
+		hashed = !s.File.ParallelDirectWrites() && !(isAppend(s) && s.File.ParallelAppends())
+	case OpFallocate, OpTruncate:
 		hashed = !s.File.ParallelDirectWrites()
 	}
 	if hashed {
@@ -277,4 +279,9 @@ func wake(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
+}
+
+// isAppend reports whether s is a write at the end of the file.
+func isAppend(s *SQE) bool {
+	return s.Op == OpWrite && (s.Flags&sluice.RWFAppend != 0 || s.File.Flags()&sluice.O_APPEND != 0)
 }

@@ -22,13 +22,16 @@ func newBenchCommand(args []string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench [--quick] [--only W1,W3] [--volume DIR] [--target DIR ...] [--kernel-peers] [--json FILE] [--html FILE] [--duration D]",
 		Short: "reproduce the seed experiments",
-		Long: `Reproduce each seed's experiment (W1-W5) with the optimisation off and on, next
-to the raw device and, with --target or --kernel-peers, other file systems. The
+		Long: `Reproduce each seed's experiment (W1-W5) with the optimisation off and on, and
+the two beyond the seeds (A1 appends, Z1 sub-block writes into a fresh file) under
+classic, seeds and concurrent, next to the raw device and, with --target or
+--kernel-peers, other file systems. The
 text tables go to stdout, progress to stderr. Without --volume the volumes live in
 a temporary directory in the current directory (so on the current disk), removed
-at the end. A full run takes several minutes; --quick under one.`,
+at the end. A full run takes several minutes; --quick about a minute and a half.`,
 		Example: `  sluice bench --quick
   sluice bench --only W1,W3 --json report.json --html report.html
+  sluice bench --quick --only A1,Z1 --kernel-peers
   sluice bench --kernel-peers --json report.json
   sluice bench --from report.json --html report.html`,
 		Args: func(_ *cobra.Command, pos []string) error {
@@ -43,9 +46,9 @@ at the end. A full run takes several minutes; --quick under one.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.BoolVar(&f.quick, "quick", false, "a run of under a minute: small files, short cells, one repetition")
+	fl.BoolVar(&f.quick, "quick", false, "a short run (about a minute and a half): small files, short cells, one repetition")
 	fl.BoolVar(&f.smoke, "smoke", false, "every cell for a few tens of milliseconds on tiny files (checks the output, measures nothing)")
-	fl.StringVar(&f.only, "only", "", "run only these experiments, comma-separated (`W1,W3`; of W1, W2, W3, W4, W5)")
+	fl.StringVar(&f.only, "only", "", "run only these experiments, comma-separated (`W1,W3`; of W1, W2, W3, W4, W5, A1, Z1)")
 	fl.StringVar(&f.volume, "volume", "", "keep volumes and prepared files in `DIR` for reuse, or use the sluice volume DIR for W1-W4")
 	fl.StringArrayVar(&f.targets, "target", nil, "also run the workloads through system calls in `DIR` (repeatable)")
 	fl.BoolVar(&f.kernelPeers, "kernel-peers", false, "also run on XFS and ext4 on loop devices over files on the same disk (root)")
@@ -57,7 +60,7 @@ at the end. A full run takes several minutes; --quick under one.`,
 	fl.StringVar(&f.fio, "fio", "", "the fio binary (`PATH`) for the peers (default: fio in PATH; \"none\": the built-in Go runner)")
 	fl.BoolVar(&f.noRaw, "no-raw", false, "skip the raw image file peer (the physical limit)")
 	fl.StringVar(&f.from, "from", "", "measure nothing: read a report written with --json from `FILE` and print or write it again")
-	cmd.RegisterFlagCompletionFunc("only", completeWords("W1", "W2", "W3", "W4", "W5"))
+	cmd.RegisterFlagCompletionFunc("only", completeWords("W1", "W2", "W3", "W4", "W5", "A1", "Z1"))
 	return cmd
 }
 
