@@ -2,6 +2,7 @@ package crashtest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -60,7 +61,8 @@ func (c *CaseConfig) ensureDefaults() {
 
 // DeriveConfig returns the case configuration seed selects: mostly single
 // worker (replayable) cases, with concurrent ones mixed in (concurrentPct
-// percent), block sizes of 1, 4 and 16 KiB, and the engine's policies.
+// percent), block sizes of 1, 4 and 16 KiB, and the engine's policies
+// (randomPolicy).
 func DeriveConfig(seed uint64, concurrentPct int) CaseConfig {
 	rng := newRand(seed, 0xc0f)
 	c := CaseConfig{Seed: seed, Workers: 1, Generations: 2, Points: 6}
@@ -84,22 +86,7 @@ func DeriveConfig(seed uint64, concurrentPct int) CaseConfig {
 		// then need read-modify-write of device units at writeback.
 		c.Env.IOUnit = 4096
 	}
-	var pol sluice.Policy
-	switch r := rng.IntN(4); r {
-	case 0, 1:
-		pol = sluice.Concurrent()
-	case 2:
-		pol = sluice.Classic()
-	default:
-		pol = sluice.Policy{
-			SharedDirectReads:         rng.IntN(2) == 0,
-			OptimisticUnalignedWrites: rng.IntN(2) == 0,
-			ParallelDirectWrites:      rng.IntN(2) == 0,
-			AsyncBufferedReads:        rng.IntN(2) == 0,
-			SkipFullPageRMW:           rng.IntN(2) == 0,
-		}
-	}
-	c.Env.Options.Policy = &pol
+	c.Env.Options.Policy = randomPolicy(rng)
 	c.Env.Options.NoGroupCommit = rng.IntN(5) == 0
 	if c.Workers > 1 && rng.IntN(3) == 0 {
 		// A small cache: writeback under pressure, in the background.
@@ -107,6 +94,32 @@ func DeriveConfig(seed uint64, concurrentPct int) CaseConfig {
 	}
 	c.ensureDefaults()
 	return c
+}
+
+// randomPolicy returns the engine policy of a case: one of the presets
+// (Concurrent, the default, most often; Seeds; Classic) or each field drawn
+// on its own.
+func randomPolicy(rng *rand.Rand) *sluice.Policy {
+	var p sluice.Policy
+	switch rng.IntN(8) {
+	case 0, 1, 2:
+		p = sluice.Concurrent()
+	case 3:
+		p = sluice.Seeds()
+	case 4:
+		p = sluice.Classic()
+	default:
+		p = sluice.Policy{
+			SharedDirectReads:         rng.IntN(2) == 0,
+			OptimisticUnalignedWrites: rng.IntN(2) == 0,
+			ParallelDirectWrites:      rng.IntN(2) == 0,
+			AsyncBufferedReads:        rng.IntN(2) == 0,
+			SkipFullPageRMW:           rng.IntN(2) == 0,
+			ParallelAppends:           rng.IntN(2) == 0,
+			BlockRangeExclusion:       rng.IntN(2) == 0,
+		}
+	}
+	return &p
 }
 
 // Failure describes a failed case.

@@ -26,7 +26,8 @@
 //
 // A worker generates ops from its model (OpKind lists them): creating files
 // and directories, buffered and O_DIRECT writes (block-aligned, and 512 B
-// sub-block writes into written and unwritten extents and holes), O_DSYNC,
+// sub-block writes into written and unwritten extents and holes), appends
+// (O_APPEND handles and RWFAppend writes, buffered and O_DIRECT), O_DSYNC,
 // O_SYNC and RWFDsync writes, fallocate (default, KEEP_SIZE, PUNCH_HOLE,
 // ZERO_RANGE), truncate up and down, rename (over existing files too, and
 // of directories), link, unlink of open and closed files (orphans), Fsync,
@@ -75,12 +76,34 @@
 // recovered from its last crash point, its model rebuilt from what was
 // read back.
 //
+// The case's policy (randomPolicy) is Concurrent(), Seeds() or Classic(),
+// or each field drawn on its own, ParallelAppends and BlockRangeExclusion
+// included.
+//
+// # Concurrent appends to one file
+//
+// Campaign workers never share a file; TestTargetedConcurrentAppends has
+// 4 to 8 goroutines append tagged 512 B or 4 KiB records to one file, each
+// through its own handle (O_DIRECT, buffered or both; O_APPEND or
+// RWFAppend; some RWFDsync; some goroutines fsyncing), and crashes it at a
+// few points while appends are in flight, after a live read. The final
+// file must hold every record once, whole, in an order that respects each
+// appender's and real time, and each live read must be a prefix of it.
+// Each crash image must pass the checks, and show at each record's place
+// that record (whole where an fsync or RWFDsync made it durable) or zeros,
+// never stale data, another record or one appended after the crash; zeros
+// where the record was not durable yet are allowed by the durability rules
+// and counted (-crashtest.appendstrict fails them). The cases run under
+// Concurrent() and Seeds() (ParallelAppends on and off), and without -short
+// under Classic() with ParallelAppends; the soak build runs more seeds.
+//
 // # Running
 //
 //	go test ./internal/harness/crashtest/                      # CI campaign (DefaultPoints crash points)
 //	go test -tags soak ./internal/harness/crashtest/           # the soak campaign
 //	go test ./internal/harness/crashtest/ -crashtest.points=N  # N crash points
 //	go test ./internal/harness/crashtest/ -run TestCrashCampaign -crashtest.seed=S [-crashtest.point=P]
+//	go test ./internal/harness/crashtest/ -run TestTargetedConcurrentAppends [-crashtest.appendseeds=N | -crashtest.appendseed=S]
 //
 // A failure prints its seed and the command that replays it, the crash
 // (metadata kept, device fates), the problems and the op log. Script runs

@@ -228,3 +228,116 @@ func TestTargetedRewriteDuringWriteback(t *testing.T) {
 		c.errorf("after both fsyncs, a direct read shows %s, not write 2 (made before the second fsync): lost write", describeSector(k, tag))
 	}
 }
+
+// An O_DIRECT write of one page of a block that is not allocated yet, while
+// another page of the block is dirty in the cache (pages smaller than
+// blocks), writes the whole block: its data and zeros around it. If an
+// fsync writes the dirty page back meanwhile, the writeback allocates
+// nothing (the direct write did) and writes the whole block too, from the
+// cache: the page, and zeros where the direct write's data goes. Both
+// writes of the block are in flight at once, and the one that lands last
+// wins: the direct write's data or the buffered page (then clean in the
+// cache, never written again) is lost, without a crash. Gates hold both
+// block writes and let them land in either order.
+// TestTargetedConcurrentAppends (mixed direct and buffered appenders,
+// 16 KiB blocks) found it.
+func TestTargetedDirectWriteVsWritebackOfOneBlock(t *testing.T) {
+	const bs, ps = 16384, 4096
+	for _, writebackLast := range []bool{true, false} {
+		name := "direct-write-lands-last"
+		if writebackLast {
+			name = "writeback-lands-last"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := newChecker(t)
+			env, err := NewEnv(EnvConfig{BlockSize: bs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer env.Close()
+			fs := env.FS
+			b, err := fs.OpenFile("/a", sluice.O_RDWR|sluice.O_CREAT, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			d, err := fs.OpenFile("/a", sluice.O_RDWR|sluice.O_DIRECT, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			page := func(seq uint64, off int64) []byte {
+				p := device.AlignedBuf(ps)
+				for i := int64(0); i < ps; i += SectorSize {
+					fillSector(p[i:i+SectorSize], Tag{File: 7, Seq: seq, Off: off + i})
+				}
+				return p
+			}
+			// Page 0 of block 0, buffered: dirty, no block yet.
+			if _, err := b.WriteAt(page(1, 0), 0); err != nil {
+				t.Fatal(err)
+			}
+			wholeBlock := func() *faultdev.Gate {
+				return env.Fault.NewGate(faultdev.Nth(1, faultdev.PredicateFunc(func(io faultdev.IO) bool {
+					return io.Op == device.OpWrite && io.Len == bs
+				})))
+			}
+			// Gates are passed in order: the direct write's block write
+			// stops at the first; the writeback's passes it and stops at
+			// the second.
+			direct := wholeBlock()
+			defer direct.Remove()
+			writeback := wholeBlock()
+			defer writeback.Remove()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// Page 1 of block 0, O_DIRECT (extending the file).
+			wrote := make(chan error, 1)
+			go func() { _, err := d.WriteAt(page(2, ps), ps); wrote <- err }()
+			if err := direct.WaitHeld(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			fsynced := make(chan error, 1)
+			go func() { fsynced <- b.Fsync() }()
+			short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+			defer cancelShort()
+			if err := writeback.WaitHeld(short, 1); err != nil {
+				// The writeback waits for the direct write: no race.
+				direct.Open()
+				writeback.Open()
+				t.Log("the writeback of the block waits for the direct write in flight: fine")
+			} else {
+				first, last := direct, writeback
+				if !writebackLast {
+					first, last = writeback, direct
+				}
+				first.Open()
+				time.Sleep(20 * time.Millisecond) // let it land
+				last.Open()
+			}
+			for _, ch := range []chan error{wrote, fsynced} {
+				select {
+				case err := <-ch:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-ctx.Done():
+					t.Fatal("the direct write or the fsync did not finish")
+				}
+			}
+			if err := b.Fsync(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := readAll(fs, "/a", 2*ps, sluice.O_DIRECT)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, what := range []string{"the buffered write of page 0", "the O_DIRECT write of page 1"} {
+				if k, tag := decodeSector(got[i*ps : i*ps+SectorSize]); k != Tagged || tag.Seq != uint64(i+1) {
+					c.errorf("after both writes and two fsyncs, a direct read of page %d shows %s, not %s (lost write, no crash needed)",
+						i, describeSector(k, tag), what)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,8 @@ package crashtest
 import (
 	"strings"
 	"testing"
+
+	"github.com/sluicefs/sluice"
 )
 
 // TestHarnessCatchesLyingFlush checks the harness itself: on a device that
@@ -53,4 +55,21 @@ func TestHarnessShrinks(t *testing.T) {
 		return
 	}
 	t.Fatal("no failing case to shrink")
+}
+
+// TestHarnessAppendsCatchLyingFlush checks TestTargetedConcurrentAppends's
+// checks: on a device that acknowledges flushes without flushing, records
+// made durable by fsync or RWFDsync are lost at a crash, and the checks
+// must say so.
+func TestHarnessAppendsCatchLyingFlush(t *testing.T) {
+	pol := sluice.Concurrent()
+	found := 0
+	for seed := uint64(1); seed <= 4 && found == 0; seed++ {
+		c := &checker{t: t, known: "harness self-test: a lying device"}
+		runAppendCase(t, c, appendCases[0], EnvConfig{Options: sluice.Options{Policy: &pol}, lyingFlush: true}, seed, seed)
+		found += c.failures
+	}
+	if found == 0 {
+		t.Fatal("no crash noticed that flushes do nothing")
+	}
 }

@@ -34,7 +34,15 @@ func do(t *testing.T, s *Script, ops ...Op) {
 // the issue tracker that makes it fail: such a test logs what
 // it finds instead of failing. Remove the entry once the bug is fixed (the
 // test says so when it no longer reproduces).
-var knownBugs = map[string]string{}
+var knownBugs = map[string]string{
+	"TestTargetedDirectWriteVsWritebackOfOneBlock": bugDirectWriteVsWriteback,
+}
+
+// bugDirectWriteVsWriteback is the lost write TestTargetedDirectWriteVsWritebackOfOneBlock
+// shows (not filed yet: replace this note with its tracker entry). While it
+// is open, TestTargetedConcurrentAppends steers around it: its mixed cases
+// keep blocks of the page size. Set it to "" when the bug is fixed.
+const bugDirectWriteVsWriteback = "lost write: a sub-block O_DIRECT write into a new block and the writeback of another page of that block write the whole block at once (pages smaller than blocks)"
 
 // checker reports the failures of a targeted test, as errors or, for a
 // known bug, as log lines.

@@ -76,6 +76,9 @@ func (o Op) string() string {
 		if o.Flags&int(sluice.RWFDsync) != 0 {
 			s += ", RWFDsync"
 		}
+		if o.Flags&int(sluice.RWFAppend) != 0 {
+			s += ", RWFAppend"
+		}
 		return s + ")"
 	case OpFsync:
 		if o.Flags == 1 {
@@ -449,6 +452,11 @@ func (w *worker) genWrite(h int) Op {
 	if !hd.dsync && w.rng.IntN(16) == 0 {
 		op.Flags = int(sluice.RWFDsync)
 	}
+	if !hd.append && !(hd.direct && w.sh.ioUnit > SectorSize) && w.rng.IntN(16) == 0 {
+		// pwritev2's RWF_APPEND: this write only goes to EOF (and an
+		// O_DIRECT one needs EOF aligned to the I/O unit).
+		op.Flags |= int(sluice.RWFAppend)
+	}
 	return op
 }
 
@@ -549,7 +557,7 @@ func (w *worker) exec(op *Op) error {
 		seq := w.sh.seq.Add(1)
 		op.Seq = seq
 		off := op.Off
-		if h.append {
+		if h.append || op.Flags&int(sluice.RWFAppend) != 0 {
 			off = h.fm.size // the file is this worker's: nobody else moves EOF
 		}
 		buf := device.AlignedBuf(int(op.N))

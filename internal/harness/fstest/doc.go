@@ -35,10 +35,13 @@
 //
 // TestMetamorphic generates seeded random sequences (Generate) with the
 // model in lockstep, so that operations mostly hit existing names and open
-// handles, and runs each on the engine under sluice.Concurrent() and
-// sluice.Classic() and, for 512 B-aligned geometries, on the host: every
-// result must equal the model's, and so must the trees at the end and
-// after a clean remount; the engine's consistency check must be clean.
+// handles, and runs each on the engine under sluice.Concurrent(),
+// sluice.Seeds() and sluice.Classic() (so with ParallelAppends and
+// BlockRangeExclusion on and off, the five seeds fixed), every fourth
+// sequence also under a mix of the policy fields the seed draws, and, for
+// 512 B-aligned geometries, on the host: every result must equal the
+// model's, and so must the trees at the end and after a clean remount; the
+// engine's consistency check must be clean.
 // The seed picks a configuration: 4 KiB blocks; 64 KiB blocks on a
 // 512 B I/O-unit device; a 1 MiB page cache with files larger than it and
 // a flusher running every few milliseconds; 64 KiB blocks on a 64 KiB

@@ -3,6 +3,7 @@ package fstest
 import (
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -23,8 +24,9 @@ var (
 )
 
 // ciSequences is how many sequences a plain `go test` runs: about 20 s
-// with -race on two idle CPUs (-short runs 10).
-const ciSequences = 48
+// with -race on two idle CPUs (-short runs 10). Each runs on three or four
+// engines (policiesFor); 48 sequences on two engines took as long.
+const ciSequences = 32
 
 // metaConfig is one configuration a sequence runs in. The seed chooses it.
 type metaConfig struct {
@@ -72,6 +74,35 @@ func configFor(seed uint64) metaConfig {
 	}
 }
 
+// mixedPolicyEvery makes every mixedPolicyEvery-th sequence also run on an
+// engine whose policy fields the seed draws one by one.
+const mixedPolicyEvery = 4
+
+// policiesFor returns the engine policies sequence seed runs under: the
+// three presets (Concurrent, Seeds, Classic) and, for every
+// mixedPolicyEvery-th seed, a mix of their fields drawn from the seed
+// (unless it is a preset).
+func policiesFor(seed uint64) []sluice.Policy {
+	pols := []sluice.Policy{sluice.Concurrent(), sluice.Seeds(), sluice.Classic()}
+	if seed%mixedPolicyEvery != 0 {
+		return pols
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x9011c7))
+	mix := sluice.Policy{
+		SharedDirectReads:         rng.IntN(2) == 0,
+		OptimisticUnalignedWrites: rng.IntN(2) == 0,
+		ParallelDirectWrites:      rng.IntN(2) == 0,
+		AsyncBufferedReads:        rng.IntN(2) == 0,
+		SkipFullPageRMW:           rng.IntN(2) == 0,
+		ParallelAppends:           rng.IntN(2) == 0,
+		BlockRangeExclusion:       rng.IntN(2) == 0,
+	}
+	if !slices.Contains(pols, mix) {
+		pols = append(pols, mix)
+	}
+	return pols
+}
+
 // metamorphicKnownBugs lists the known engine bugs (entries of
 // the issue tracker) that the generator steers around: skip
 // returns true for a candidate op that would trigger the bug. Remove an
@@ -100,7 +131,8 @@ func skipKnownBugs(g *Generator, op Op) string {
 }
 
 // TestMetamorphic generates seeded random operation sequences and runs
-// each on the model, on the engine under Concurrent() and Classic(), and
+// each on the model, on the engine under Concurrent(), Seeds() and
+// Classic() (and a mix of their fields, policiesFor), and
 // (for 512 B-aligned geometries) on the host kernel. Every operation's
 // result must be the same everywhere; at the end the trees must be equal,
 // the engine's consistency check clean, and the trees the same again after
@@ -160,7 +192,7 @@ func runSequence(t *testing.T, seed uint64) {
 		t.Fatalf("model tree: %v", err)
 	}
 	var targets []Target
-	for _, pol := range []sluice.Policy{sluice.Concurrent(), sluice.Classic()} {
+	for _, pol := range policiesFor(seed) {
 		opts := sluice.Options{Policy: &pol, CacheSizeBytes: cfg.cacheBytes}
 		if *flagCache != 0 && cfg.cacheBytes != 0 {
 			opts.CacheSizeBytes = *flagCache
