@@ -182,7 +182,8 @@ const (
 // (XFS's speculative preallocation past EOF), so that appenders commit an
 // allocation once in a while instead of once each. It records the
 // preallocation in in.specEnd for the last close to give back what no
-// append wrote; a file with a fallocate past EOF gets none.
+// append wrote; a file with blocks past EOF that are not its own
+// preallocation (a fallocate) gets none.
 func (in *inode) appendAllocTo(r *appendRes) uint64 {
 	fs := in.fs
 	to := in.appends.reservedBlocks(fs.blockSize)
@@ -190,6 +191,20 @@ func (in *inode) appendAllocTo(r *appendRes) uint64 {
 	defer in.mu.Unlock()
 	if in.explicitPrealloc {
 		return to
+	}
+	if in.specEnd == 0 {
+		// Blocks already past what the appends reserved, and not ours
+		// (a fallocate before this inode was loaded, a crash's leftover
+		// preallocation): the last close must not give them back, so
+		// allocate nothing ahead.
+		m, err := in.extentsLocked()
+		if err != nil {
+			return to // planWrite meets the error too
+		}
+		if last, ok := m.LastBlock(); ok && last > max(to, uint64(roundUp(r.end, fs.blockSize)/fs.blockSize)) {
+			in.explicitPrealloc = true
+			return to
+		}
 	}
 	ahead := min(max(int64(in.attr.Size), specPreallocMin), specPreallocMax)
 	to = max(to, uint64(roundUp(r.end+ahead, fs.blockSize)/fs.blockSize))
