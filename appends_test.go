@@ -615,4 +615,26 @@ func TestSpeculativePrealloc(t *testing.T) {
 		t.Fatalf("%d records", len(ids))
 	}
 	checkClean(t, e.fs)
+	h.Close()
+	// Reloaded (the fallocate is not known in core any more), the file's
+	// blocks past EOF are still not the appends' to give back.
+	e = e.reopen()
+	k, err := e.fs.OpenFile("/log", O_RDWR|O_APPEND|O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Write(record(4096, n+1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	k, err = e.fs.OpenFile("/log", O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := k.Stat(); a.Blocks*512 != (n+16)*4096 {
+		t.Fatalf("after a reload, %d bytes allocated, want %d", a.Blocks*512, (n+16)*4096)
+	}
+	checkClean(t, e.fs)
 }
