@@ -63,15 +63,29 @@ func (b *uringBackend) submit(r *device.Request) {
 	if !direct {
 		o.pending = append(o.pending, item{r: r, tok: tok})
 	}
+	// SQEs published and not yet submitted (this one among them), and
+	// requests the kernel has taken and not completed (or whose
+	// completions the owner has not reaped yet).
+	unsubmitted := int(o.ring.SQPending())
+	inKernel := o.inflight - unsubmitted
 	o.sq.Unlock()
 	o.accepted.Add(1)
 	switch o.state.Load() {
 	case sleepKernel:
-		if direct {
+		switch {
+		case !direct:
+			// A request left pending needs a free slot or SQ entry,
+			// which only a completion brings, and the owner wakes for
+			// those.
+		case inKernel >= deferSubmitDepth && unsubmitted < deferSubmitBatch:
+			// Enough is in flight that a completion, which wakes the
+			// owner, comes soon: its next io_uring_enter submits the
+			// SQE with the others published meanwhile (or the
+			// submitter that makes a batch does).
+			o.nDeferred.Add(1)
+		default:
 			// The owner waits in the kernel for completions: hand the
-			// SQE to the kernel here rather than wake it. A request
-			// left pending needs a free slot or SQ entry, which only a
-			// completion brings, and the owner wakes for those.
+			// SQE to the kernel here rather than wake it.
 			o.enterSubmit()
 		}
 	case sleepIdle:
@@ -84,6 +98,35 @@ func (b *uringBackend) submit(r *device.Request) {
 		}
 	}
 }
+
+// A submitter that finds the owner asleep in the kernel leaves its SQE
+// published for the owner's next io_uring_enter, rather than enter the
+// kernel itself, while at least deferSubmitDepth requests are in the
+// kernel and fewer than deferSubmitBatch SQEs (its own included) wait to be
+// submitted; the submitter that completes a batch submits it.
+//
+// Deferring is always safe: the owner sleeps in the kernel only with
+// requests in flight, all of them submitted, so a completion will wake it,
+// and it then submits everything published before it sleeps again. It
+// costs a deferred request the wait for that completion or for the batch,
+// which with this many in flight is a small share of its own latency, and
+// saves a system call per request, a doorbell (one virtio notification per
+// batch rather than per request on a VM) and, since io_uring runs a
+// request's completion work on the thread that submitted it, a wake-up of
+// that submitter's thread, which by then may be idle. Measured on a 2-CPU
+// VM with 32 goroutines each keeping one O_DIRECT I/O of 512 B in flight
+// (BenchmarkDirectIO in the engine): about 10 SQEs per submitting
+// io_uring_enter instead of 2 to 6, and less CPU per I/O by a fifth on
+// 50/50 reads and writes and by a tenth on reads, for 1-3% more wall time
+// per I/O; deferring every submission made batches of 20 and saved a
+// little more CPU but cost up to a tenth of the throughput (the requests
+// then reach the device in bursts). Below deferSubmitDepth (a few
+// synchronous readers) the wait would be a noticeable share of the
+// latency, and submitters enter the kernel themselves.
+const (
+	deferSubmitDepth = 8
+	deferSubmitBatch = 8
+)
 
 // owners lists the running ring owners of every Device, for
 // inDoneCallback.
@@ -127,6 +170,7 @@ func (b *uringBackend) stats(s *Stats) {
 		s.Enters += o.nEnters.Load()
 		s.Batches += o.nBatches.Load()
 		s.Wakeups += o.nWakeups.Load()
+		s.Deferred += o.nDeferred.Load()
 		s.Blocked += o.nBlocked.Load()
 		s.ShortIOs += o.nShort.Load()
 		s.DepthNanos += o.nDepthNanos.Load()
@@ -227,7 +271,7 @@ type ringOwner struct {
 	done []finished
 
 	// Counters for Stats.
-	nRequests, nSQEs, nEnters, nBatches, nWakeups, nBlocked, nShort, nDepthNanos atomic.Uint64
+	nRequests, nSQEs, nEnters, nBatches, nWakeups, nDeferred, nBlocked, nShort, nDepthNanos atomic.Uint64
 }
 
 func startRingOwner(d *Device) (*ringOwner, error) {
