@@ -293,6 +293,7 @@ func (p *Page) StartWriteback() bool {
 		return false
 	}
 	p.flags = p.flags&^flagDirty | flagWriteback
+	p.m.nwriteback.Add(1) // before ndirty drops: see HasDirty
 	p.m.ndirty.Add(-1)
 	c := p.m.c
 	c.mu.Lock()
@@ -309,13 +310,18 @@ func (p *Page) StartWriteback() bool {
 func (p *Page) EndWriteback(err error) {
 	c := p.m.c
 	p.mu.Lock()
-	p.flags &^= flagWriteback
+	// Dirty again before the writeback count drops, so that HasDirty's
+	// counters never both read zero for this page on the way.
 	if err != nil && p.flags&flagDirty == 0 && !p.removed {
 		p.flags |= flagDirty
 		p.m.ndirty.Add(1)
 		c.mu.Lock()
 		c.dirty++
 		c.mu.Unlock()
+	}
+	if p.flags&flagWriteback != 0 {
+		p.flags &^= flagWriteback
+		p.m.nwriteback.Add(-1)
 	}
 	p.maybeLRULocked()
 	wws := p.wbWaiters

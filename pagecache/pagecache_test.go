@@ -318,6 +318,48 @@ func TestFailedWritebackStaysDirty(t *testing.T) {
 	m.Release(p)
 }
 
+// TestHasDirty follows a page through dirty, writeback (ended, failed,
+// and of a removed page): HasDirty sees it in its range whenever it is
+// dirty or under writeback, and not once it is clean.
+func TestHasDirty(t *testing.T) {
+	_, m := newTestCache(16)
+	check := func(when string, want bool) {
+		t.Helper()
+		if got := m.HasDirty(0, 3); got != want {
+			t.Errorf("%s: HasDirty(0, 3) = %v, want %v", when, got, want)
+		}
+		if m.HasDirty(4, 9) {
+			t.Errorf("%s: HasDirty(4, 9) = true for a page at index 2", when)
+		}
+	}
+	p, _, _ := m.GetOrCreate(2, false)
+	p.SetUptodate()
+	check("clean", false)
+	p.MarkDirty(0, 100)
+	check("dirty", true)
+	p.StartWriteback()
+	check("under writeback", true)
+	p.EndWriteback(errors.New("EIO"))
+	check("dirty again after a failed writeback", true)
+	m.TakeError()
+	p.StartWriteback()
+	p.EndWriteback(nil)
+	check("written back", false)
+	p.MarkDirty(0, 100)
+	p.StartWriteback()
+	m.Remove(p)
+	if m.nwriteback.Load() != 1 {
+		t.Errorf("a removed page under writeback: %d counted", m.nwriteback.Load())
+	}
+	p.EndWriteback(nil)
+	if m.ndirty.Load() != 0 || m.nwriteback.Load() != 0 {
+		t.Errorf("after its writeback: %d dirty, %d under writeback counted", m.ndirty.Load(), m.nwriteback.Load())
+	}
+	check("removed", false)
+	p.Unlock()
+	m.Release(p)
+}
+
 // TestPartialPage: a write to a page that is not uptodate keeps a valid
 // range; covering the whole page makes it uptodate.
 func TestPartialPage(t *testing.T) {
