@@ -55,7 +55,7 @@ type ioBatch struct {
 	fs      *FS
 	pending atomic.Int32
 	errMu   lockrank.Mutex[lockrank.Leaf]
-	err     error
+	err     error // the first error: set under errMu, read by the last done
 	reqs    []device.Request
 	inline  [2]device.Request
 	doneFn  func(*device.Request, error) // b.done, bound once
@@ -75,7 +75,9 @@ func newBatch(fs *FS) *ioBatch {
 func (b *ioBatch) init(fs *FS) {
 	b.fs = fs
 	b.reqs = b.inline[:0]
-	b.doneFn = b.done
+	if b.doneFn == nil { // a pooled batch keeps its own
+		b.doneFn = b.done
+	}
 }
 
 // reset makes a finished batch ready for reuse.
@@ -113,9 +115,9 @@ func (b *ioBatch) done(_ *device.Request, err error) {
 		b.errMu.Unlock()
 	}
 	if b.pending.Add(-1) == 0 {
-		b.errMu.Lock()
+		// Every other request's done has stored its error (under errMu)
+		// before its decrement, which this one observed.
 		err := eio(b.err)
-		b.errMu.Unlock()
 		if b.owner != nil {
 			b.owner.batchDone(err)
 		} else {
