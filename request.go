@@ -23,7 +23,9 @@ import (
 var errQueued = errors.New("sluice: request queued")
 
 // kiocb is one read or write request, the kernel's struct kiocb: what to
-// transfer, where, with which flags, and how to complete it.
+// transfer, where, with which flags, and how to complete it. A synchronous
+// request's kiocb (File.pread, File.pwrite) is pooled: nothing may keep a
+// reference to it once the call has returned.
 type kiocb struct {
 	in     *inode
 	buf    []byte
