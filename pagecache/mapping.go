@@ -172,9 +172,8 @@ func (m *Mapping) Remove(p *Page) {
 			m.ndirty.Add(-1)
 			c.dirty--
 		}
-		if p.lruElem != nil {
-			c.lru.Remove(p.lruElem)
-			p.lruElem = nil
+		if p.onLRU {
+			c.lru.remove(p)
 		}
 		c.roomCond.Broadcast()
 		c.mu.Unlock()
@@ -274,9 +273,8 @@ func (m *Mapping) Drop() {
 		p.mu.Lock()
 		p.removed = true
 		c.mu.Lock()
-		if p.lruElem != nil {
-			c.lru.Remove(p.lruElem)
-			p.lruElem = nil
+		if p.onLRU {
+			c.lru.remove(p)
 		}
 		c.pages--
 		if p.refs == 0 && p.Data != nil {

@@ -2,6 +2,7 @@ package pagecache
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -357,6 +358,65 @@ func TestHasDirty(t *testing.T) {
 	}
 	check("removed", false)
 	p.Unlock()
+	m.Release(p)
+}
+
+// TestAsyncWaitAllocs: a callback waiting for a page's unlock, the unlock
+// that runs it and the page's trips on and off the LRU allocate nothing
+// (an async buffered read's cycle).
+func TestAsyncWaitAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	c, m := newTestCache(16)
+	p, _, _ := m.GetOrCreate(0, false) // locked, referenced
+	p.SetUptodate()
+	ran := 0
+	cb := func() { ran++ }
+	if n := testing.AllocsPerRun(100, func() {
+		if p.WaitUnlockedAsync(cb) {
+			t.Fatal("WaitUnlockedAsync of a locked page returned true")
+		}
+		p.Unlock()
+		m.Release(p) // on the LRU
+		c.mu.Lock()
+		c.lru.remove(p) // as eviction takes it off
+		c.mu.Unlock()
+		if p = m.Get(0); p == nil || !p.TryLock() {
+			t.Fatal("page 0 lost")
+		}
+	}); n > 0 {
+		t.Errorf("%.1f allocations per wait, unlock and LRU round trip", n)
+	}
+	if ran != 101 {
+		t.Errorf("callback ran %d times, want 101", ran)
+	}
+	p.Unlock()
+	m.Release(p)
+}
+
+// TestWaitersInOrder: an unlock runs the callbacks queued on the page in
+// the order they were queued, the inline first one included, once each.
+func TestWaitersInOrder(t *testing.T) {
+	_, m := newTestCache(16)
+	p, _, _ := m.GetOrCreate(0, false)
+	var got []int
+	for i := range 4 {
+		if p.WaitUnlockedAsync(func() { got = append(got, i) }) {
+			t.Fatal("WaitUnlockedAsync of a locked page returned true")
+		}
+	}
+	p.Unlock()
+	if !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Errorf("callbacks ran as %v", got)
+	}
+	if !p.TryLock() {
+		t.Fatal("the page stayed locked")
+	}
+	p.Unlock() // none left
+	if len(got) != 4 {
+		t.Errorf("callbacks ran again: %v", got)
+	}
 	m.Release(p)
 }
 
