@@ -61,11 +61,30 @@ func (m *Mapping) Get(idx uint64) *Page {
 // and every byte of a page it marks uptodate. When the cache is full it evicts, or waits for
 // room; with nowait it fails with ErrNoRoom instead of waiting.
 func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, err error) {
-	if p := m.Get(idx); p != nil {
+	c := m.c
+	m.mu.Lock()
+	if p := m.pages[idx]; p != nil {
+		p.mu.Lock()
+		p.refs++
+		p.mu.Unlock()
+		m.mu.Unlock()
 		return p, false, nil
 	}
-	c := m.c
-	buf, err := c.getBuffer(nowait)
+	// A miss: while the cache has a free buffer or room to grow, take it
+	// and insert the page in this critical section (one lookup of the
+	// page table, no second one after getting the buffer).
+	c.mu.Lock()
+	buf, ok := c.takeFreeLocked()
+	if ok {
+		p = m.insertLocked(idx, buf)
+		c.mu.Unlock()
+		m.mu.Unlock()
+		return m.created(p), true, nil
+	}
+	c.mu.Unlock()
+	m.mu.Unlock()
+	// Eviction or a wait for room: Cache.mu alone, then look again.
+	buf, err = c.getBuffer(nowait)
 	if err != nil {
 		return nil, false, err
 	}
@@ -81,17 +100,30 @@ func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, e
 		c.mu.Unlock()
 		return p, false, nil
 	}
-	p = &Page{m: m, Index: idx, Data: buf, refs: 1, flags: flagLocked}
-	m.pages[idx] = p
-	m.npages.Add(1)
 	c.mu.Lock()
-	c.pages++
-	c.locked++
+	p = m.insertLocked(idx, buf)
 	c.mu.Unlock()
 	m.mu.Unlock()
+	return m.created(p), true, nil
+}
+
+// insertLocked adds a new locked page idx, with one reference, over buf.
+//
+// Preconditions: m.mu and m.c.mu are held; idx is not in m.pages.
+func (m *Mapping) insertLocked(idx uint64, buf []byte) *Page {
+	p := &Page{m: m, Index: idx, Data: buf, refs: 1, flags: flagLocked}
+	m.pages[idx] = p
+	m.npages.Add(1)
+	m.c.pages++
+	m.c.locked++
+	return p
+}
+
+// created finishes GetOrCreate's creation of p, after the locks.
+func (m *Mapping) created(p *Page) *Page {
 	p.tookWithoutWaiting()
-	c.stats.created.Add(1)
-	return p, true, nil
+	m.c.stats.created.Add(1)
+	return p
 }
 
 // Release drops a reference from Get, GetOrCreate or Range.

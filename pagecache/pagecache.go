@@ -248,6 +248,27 @@ func (c *Cache) DirtyMappings() []*Mapping {
 	return dirty
 }
 
+// takeFreeLocked returns a free page buffer, growing the cache by a slab
+// if it may, when a new page fits without evicting one; ok is false
+// otherwise (or once the cache is closed, which getBuffer reports).
+//
+// Preconditions: c.mu is held.
+func (c *Cache) takeFreeLocked() (buf []byte, ok bool) {
+	if c.closed || c.pages >= c.maxPages {
+		return nil, false
+	}
+	if len(c.free) == 0 {
+		if c.buffers >= c.maxPages {
+			return nil, false
+		}
+		c.growLocked()
+	}
+	n := len(c.free)
+	buf = c.free[n-1]
+	c.free = c.free[:n-1]
+	return buf, true
+}
+
 // getBuffer returns a page buffer, evicting a clean page or waiting for
 // room when the cache is full.
 func (c *Cache) getBuffer(nowait bool) ([]byte, error) {
