@@ -449,6 +449,7 @@ func runOps(b *testing.B, dev device.Device, g int, op func(w int, rng *rand.Ran
 		d1 := dd.Stats()
 		b.ReportMetric(float64(d1.Enters-d0.Enters)/float64(b.N), "enters/op")
 		b.ReportMetric(float64(d1.Wakeups-d0.Wakeups)/float64(b.N), "wakeups/op")
+		b.ReportMetric(float64(d1.Deferred-d0.Deferred)/float64(b.N), "deferred/op")
 		if n := d1.Batches - d0.Batches; n > 0 {
 			b.ReportMetric(float64(d1.SQEs-d0.SQEs)/float64(n), "sqes/batch")
 		}
