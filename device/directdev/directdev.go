@@ -46,8 +46,10 @@
 //     goroutine cannot yield without handing its P to another thread and
 //     back, and measured slower (see ringOwner.loop).
 //   - Back-pressure. A ring never has more requests in flight than its
-//     completion queue holds, so the CQ cannot overflow. Each Submit takes a token from a per-ring semaphore of that
-//     size and blocks while none is free. A Done callback that calls Submit
+//     completion queue holds, so the CQ cannot overflow. Each Submit
+//     takes a token from a per-ring semaphore of that size (a count under
+//     the ring's mutex, handed to blocked Submits before newcomers) and
+//     blocks while none is free. A Done callback that calls Submit
 //     must not block (the owner would wait for itself): while it calls Done
 //     callbacks the owner locks itself to its thread and publishes the
 //     thread id, and a Submit from that thread skips the semaphore; the

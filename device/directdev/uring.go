@@ -43,21 +43,22 @@ func (b *uringBackend) submit(r *device.Request) {
 	if len(b.rings) > 1 {
 		o = b.rings[b.next.Add(1)%uint32(len(b.rings))]
 	}
-	tok := true
-	select {
-	case o.sem <- struct{}{}:
-	default:
+	o.sq.Lock()
+	tok := o.takeTokenLocked()
+	if !tok {
 		// The ring is full. Wait for a free token, unless this is a Done
 		// callback run by an owner: that owner would wait for itself (or
-		// for another owner waiting for it).
-		if inDoneCallback() {
-			tok = false
-		} else {
+		// for another owner waiting for it). inDoneCallback takes the
+		// owners' mutex, a leaf like sq: not under sq.
+		o.sq.Unlock()
+		inDone := inDoneCallback()
+		o.sq.Lock()
+		if !inDone {
 			o.nBlocked.Add(1)
-			o.sem <- struct{}{}
+			o.waitTokenLocked()
+			tok = true
 		}
 	}
-	o.sq.Lock()
 	// FIFO: a request queued behind others waits its turn.
 	direct := o.pendingHead == len(o.pending) && o.startLocked(r, tok)
 	if !direct {
@@ -234,10 +235,7 @@ type ringOwner struct {
 	// Immutable after startRingOwner.
 	d          *Device
 	fsyncFlags uint32
-	// sem has one token per slot; Submit takes one, completion returns
-	// it.
-	sem  chan struct{}
-	idle chan struct{}
+	idle       chan struct{}
 	// exited receives the loop's result when the owner has torn down.
 	exited chan error
 
@@ -251,6 +249,14 @@ type ringOwner struct {
 	pending     []item
 	pendingHead int
 	retry       []uint32
+	// The semaphore that bounds the requests a ring has accepted (in
+	// flight or pending) to its slots: tokens are free, a Submit takes one
+	// and its completion returns it; while Submits wait for one
+	// (tokenWaiters), a returned token is handed to them (handoffs, with
+	// tokenCond on sq) rather than left for a newcomer. One decrement and one increment under sq per request, which
+	// each takes anyway.
+	tokens, tokenWaiters, handoffs int
+	tokenCond                      sync.Cond
 
 	// accepted counts Submit calls that handed their request to the ring.
 	accepted atomic.Uint64
@@ -342,7 +348,8 @@ func (o *ringOwner) setup() error {
 	for i := range o.free {
 		o.free[i] = uint32(n - 1 - i)
 	}
-	o.sem = make(chan struct{}, n)
+	o.tokens = n
+	o.tokenCond.L = &o.sq
 	o.cqes = make([]uring.CQE, ring.CQEntries())
 	return nil
 }
@@ -467,6 +474,46 @@ func (o *ringOwner) sleepIdle() {
 		<-o.idle // a submitter won the CAS and sends a wake-up: take it
 	}
 	o.state.Store(running)
+}
+
+// takeTokenLocked takes a free token if there is one. There is none while
+// a waiter has not been handed one: tokens are returned to waiters first,
+// so tokens > 0 only when every waiter has its handoff.
+//
+// Preconditions: o.sq is held.
+func (o *ringOwner) takeTokenLocked() bool {
+	if o.tokens == 0 || o.tokenWaiters > o.handoffs {
+		return false
+	}
+	o.tokens--
+	return true
+}
+
+// waitTokenLocked waits until a returned token is handed to the caller.
+//
+// Preconditions: o.sq is held (and is while it waits).
+func (o *ringOwner) waitTokenLocked() {
+	if o.takeTokenLocked() {
+		return // returned while the caller let go of sq
+	}
+	o.tokenWaiters++
+	for o.handoffs == 0 {
+		o.tokenCond.Wait()
+	}
+	o.handoffs--
+	o.tokenWaiters--
+}
+
+// returnTokenLocked returns a token: to a waiting Submit, if any.
+//
+// Preconditions: o.sq is held.
+func (o *ringOwner) returnTokenLocked() {
+	if o.tokenWaiters > o.handoffs {
+		o.handoffs++
+		o.tokenCond.Signal()
+		return
+	}
+	o.tokens++
 }
 
 // startLocked puts r in a free slot and a free SQE, publishes it and
@@ -595,7 +642,7 @@ func (o *ringOwner) completeLocked(c uring.CQE) {
 	o.free = append(o.free, i)
 	o.inflight--
 	if tok {
-		<-o.sem
+		o.returnTokenLocked()
 	}
 	o.done = append(o.done, finished{r, err})
 }
