@@ -64,10 +64,12 @@ func (b *uringBackend) submit(r *device.Request) {
 	if !direct {
 		o.pending = append(o.pending, item{r: r, tok: tok})
 	}
-	// SQEs published and not yet submitted (this one among them), and
-	// requests the kernel has taken and not completed (or whose
-	// completions the owner has not reaped yet).
+	// SQEs published and not yet submitted (this one among them), of
+	// which ownerLeft are in the batch the owner's io_uring_enter is
+	// submitting (or about to), and requests the kernel has taken and not
+	// completed (or whose completions the owner has not reaped yet).
 	unsubmitted := int(o.ring.SQPending())
+	ownerLeft := max(0, unsubmitted-int(o.ring.SQTail()-o.ownerTail))
 	inKernel := o.inflight - unsubmitted
 	o.sq.Unlock()
 	o.accepted.Add(1)
@@ -78,11 +80,13 @@ func (b *uringBackend) submit(r *device.Request) {
 			// A request left pending needs a free slot or SQ entry,
 			// which only a completion brings, and the owner wakes for
 			// those.
-		case inKernel >= deferSubmitDepth && unsubmitted < deferSubmitBatch:
+		case inKernel >= deferSubmitDepth && (ownerLeft > 0 || unsubmitted < deferSubmitBatch):
 			// Enough is in flight that a completion, which wakes the
 			// owner, comes soon: its next io_uring_enter submits the
 			// SQE with the others published meanwhile (or the
-			// submitter that makes a batch does).
+			// submitter that makes a batch does, unless the owner is
+			// still submitting its own: that io_uring_enter holds the
+			// ring's lock, which this one would spin on).
 			o.nDeferred.Add(1)
 		default:
 			// The owner waits in the kernel for completions: hand the
@@ -257,6 +261,10 @@ type ringOwner struct {
 	// each takes anyway.
 	tokens, tokenWaiters, handoffs int
 	tokenCond                      sync.Cond
+	// ownerTail is the SQ tail the owner published for the
+	// io_uring_enter it is in or about to make: SQEs before it are its
+	// to submit.
+	ownerTail uint32
 
 	// accepted counts Submit calls that handed their request to the ring.
 	accepted atomic.Uint64
@@ -415,6 +423,7 @@ func (o *ringOwner) loop() {
 		}
 		o.sq.Lock()
 		toSubmit := o.ring.Publish()
+		o.ownerTail = o.ring.SQTail()
 		o.sq.Unlock()
 		// A submitter that saw sleepKernel may submit some of these
 		// first; then the kernel finds fewer than toSubmit and returns
