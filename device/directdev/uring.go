@@ -108,7 +108,9 @@ func (b *uringBackend) submit(r *device.Request) {
 // published for the owner's next io_uring_enter, rather than enter the
 // kernel itself, while at least deferSubmitDepth requests are in the
 // kernel and fewer than deferSubmitBatch SQEs (its own included) wait to be
-// submitted; the submitter that completes a batch submits it.
+// submitted; the submitter that completes a batch submits it, unless the
+// owner's io_uring_enter is still submitting the owner's own batch (it
+// holds the ring's lock, on which the submitter's would spin).
 //
 // Deferring is always safe: the owner sleeps in the kernel only with
 // requests in flight, all of them submitted, so a completion will wake it,
