@@ -9,12 +9,15 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/internal/harness/fio"
+	"github.com/sluicefs/sluice/internal/sys/rusage"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -284,4 +287,184 @@ func BenchmarkBufferedRandRead4KQD1(b *testing.B) {
 	b.ReportMetric(med(ref), "fio_psync_iops")
 	b.ReportMetric(med(ratio), "ratio")
 	b.ReportMetric(float64(big.Len*bs>>20), "MiB_read_from")
+}
+
+// The per-I/O cost of the direct paths (issue 16, item 3): W1's 512 B
+// O_DIRECT reads and W2's 512 B and 4 KiB randrw, with b.N I/Os shared by
+// g goroutines, each with one I/O in flight. Besides ns/op (wall time per
+// I/O of the whole group) and allocs/op they report cpu-ns/op, the
+// process's user+system CPU time per I/O (getrusage), and switches/op, its
+// context switches per I/O: on a shared machine the CPU time is the figure
+// to compare. "device" sub-benchmarks run the same I/Os straight on the
+// data device (device.ReadAt and WriteAt on directdev), "pread" with
+// pread(2)/pwrite(2) from each goroutine on the volume's image (fio's
+// psync), so that the engine's share shows side by side in one run:
+//
+//	SLUICE_BENCH=1 go test -run '^$' -bench 'DirectIO' -benchtime 200000x -count 3 .
+
+// BenchmarkDirectIO runs the direct-I/O cells.
+func BenchmarkDirectIO(b *testing.B) {
+	fs, done := benchVolume(b, Concurrent())
+	defer done()
+	f, err := fs.OpenFile("/data", O_RDWR|O_DIRECT, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	const fileBytes = 1 << 30
+	devOff := benchDevOffsets(b, f, fileBytes)
+	img, err := os.OpenFile(filepath.Join(fs.vol.Dir, "data"), os.O_RDWR|syscall.O_DIRECT, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer img.Close()
+	type cell struct {
+		name  string
+		bs, g int
+		rw    bool // randrw 50/50; otherwise sequential reads, each goroutine in its own region
+	}
+	cells := []cell{
+		{"read512/g8", 512, 8, false}, {"read512/g32", 512, 32, false},
+		{"randrw512/g32", 512, 32, true}, {"randrw4k/g32", 4096, 32, true},
+	}
+	for _, c := range cells {
+		bufs := make([][]byte, c.g)
+		for i := range bufs {
+			bufs[i] = device.AlignedBuf(c.bs)
+		}
+		region := int64(fileBytes / c.g / c.bs * c.bs)
+		cursor := make([]int64, c.g)
+		// pos returns goroutine w's next file offset.
+		pos := func(w int, rng *rand.Rand) (off int64, write bool) {
+			if c.rw {
+				return rng.Int64N(fileBytes/int64(c.bs)) * int64(c.bs), rng.IntN(2) == 0
+			}
+			off = int64(w)*region + cursor[w]
+			cursor[w] += int64(c.bs)
+			if cursor[w]+int64(c.bs) > region {
+				cursor[w] = 0
+			}
+			return off, false
+		}
+		b.Run("engine/"+c.name, func(b *testing.B) {
+			runOps(b, fs.vol.Dev, c.g, func(w int, rng *rand.Rand) error {
+				off, write := pos(w, rng)
+				var err error
+				if write {
+					_, err = f.WriteAt(bufs[w], off)
+				} else {
+					_, err = f.ReadAt(bufs[w], off)
+				}
+				return err
+			})
+		})
+		dev := fs.vol.Dev
+		b.Run("device/"+c.name, func(b *testing.B) {
+			runOps(b, fs.vol.Dev, c.g, func(w int, rng *rand.Rand) error {
+				off, write := pos(w, rng)
+				d := devOff[off>>12] + off&4095
+				if write {
+					return device.WriteAt(dev, bufs[w], d)
+				}
+				return device.ReadAt(dev, bufs[w], d)
+			})
+		})
+		b.Run("pread/"+c.name, func(b *testing.B) {
+			runOps(b, fs.vol.Dev, c.g, func(w int, rng *rand.Rand) error {
+				off, write := pos(w, rng)
+				d := devOff[off>>12] + off&4095
+				var err error
+				if write {
+					_, err = img.WriteAt(bufs[w], d)
+				} else {
+					_, err = img.ReadAt(bufs[w], d)
+				}
+				return err
+			})
+		})
+	}
+}
+
+// benchDevOffsets returns the device byte offset of every 4 KiB block of
+// f's first size bytes, which must all be mapped.
+func benchDevOffsets(b *testing.B, f *File, size int64) []int64 {
+	f.in.mu.Lock()
+	defer f.in.mu.Unlock()
+	m, err := f.in.extentsLocked()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bs := f.fs.blockSize
+	if bs != 4096 {
+		b.Skipf("block size %d, want 4096", bs)
+	}
+	out := make([]int64, size/bs)
+	for i := range out {
+		segs := m.Lookup(uint64(i), 1, nil)
+		if len(segs) != 1 || segs[0].Hole {
+			b.Fatalf("block %d of the benchmark file is not mapped", i)
+		}
+		out[i] = int64(segs[0].DevBlock) * bs
+	}
+	return out
+}
+
+// runOps runs b.N calls of op shared by g goroutines and reports the
+// process's CPU time and context switches per call.
+func runOps(b *testing.B, dev device.Device, g int, op func(w int, rng *rand.Rand) error) {
+	b.ReportAllocs()
+	dd, _ := dev.(*directdev.Device)
+	var d0 directdev.Stats
+	if dd != nil {
+		d0 = dd.Stats()
+	}
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	ru0 := rusage.Self()
+	u0, s0 := cpuTimes()
+	for w := range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for next.Add(1) <= int64(b.N) {
+				if err := op(w, rng); err != nil {
+					firstErr.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	use := rusage.Self().Sub(ru0)
+	u1, s1 := cpuTimes()
+	b.StopTimer()
+	if e := firstErr.Load(); e != nil {
+		b.Fatal(e)
+	}
+	b.ReportMetric(float64(use.CPU.Nanoseconds())/float64(b.N), "cpu-ns/op")
+	if dd != nil {
+		d1 := dd.Stats()
+		b.ReportMetric(float64(d1.Enters-d0.Enters)/float64(b.N), "enters/op")
+		b.ReportMetric(float64(d1.Wakeups-d0.Wakeups)/float64(b.N), "wakeups/op")
+		b.ReportMetric(float64(d1.Deferred-d0.Deferred)/float64(b.N), "deferred/op")
+		if n := d1.Batches - d0.Batches; n > 0 {
+			b.ReportMetric(float64(d1.SQEs-d0.SQEs)/float64(n), "sqes/batch")
+		}
+	}
+	b.ReportMetric(float64(u1-u0)/float64(b.N), "usr-ns/op")
+	b.ReportMetric(float64(s1-s0)/float64(b.N), "sys-ns/op")
+	b.ReportMetric(float64(use.Switches)/float64(b.N), "switches/op")
+}
+
+// cpuTimes returns the process's user and system CPU time so far, in
+// nanoseconds.
+func cpuTimes() (usr, sys int64) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, 0
+	}
+	return syscall.TimevalToNsec(ru.Utime), syscall.TimevalToNsec(ru.Stime)
 }

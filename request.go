@@ -23,7 +23,9 @@ import (
 var errQueued = errors.New("sluice: request queued")
 
 // kiocb is one read or write request, the kernel's struct kiocb: what to
-// transfer, where, with which flags, and how to complete it.
+// transfer, where, with which flags, and how to complete it. A synchronous
+// request's kiocb (File.pread, File.pwrite) is pooled: nothing may keep a
+// reference to it once the call has returned.
 type kiocb struct {
 	in     *inode
 	buf    []byte
@@ -55,7 +57,7 @@ type ioBatch struct {
 	fs      *FS
 	pending atomic.Int32
 	errMu   lockrank.Mutex[lockrank.Leaf]
-	err     error
+	err     error // the first error: set under errMu, read by the last done
 	reqs    []device.Request
 	inline  [2]device.Request
 	doneFn  func(*device.Request, error) // b.done, bound once
@@ -75,7 +77,9 @@ func newBatch(fs *FS) *ioBatch {
 func (b *ioBatch) init(fs *FS) {
 	b.fs = fs
 	b.reqs = b.inline[:0]
-	b.doneFn = b.done
+	if b.doneFn == nil { // a pooled batch keeps its own
+		b.doneFn = b.done
+	}
 }
 
 // reset makes a finished batch ready for reuse.
@@ -113,9 +117,9 @@ func (b *ioBatch) done(_ *device.Request, err error) {
 		b.errMu.Unlock()
 	}
 	if b.pending.Add(-1) == 0 {
-		b.errMu.Lock()
+		// Every other request's done has stored its error (under errMu)
+		// before its decrement, which this one observed.
 		err := eio(b.err)
-		b.errMu.Unlock()
 		if b.owner != nil {
 			b.owner.batchDone(err)
 		} else {

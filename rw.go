@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"sync"
 	"syscall"
 )
 
@@ -18,7 +19,10 @@ func (f *File) pread(p []byte, off int64, flags RWFlags) (int, error) {
 	if err := verifyArea(off, len(p)); err != nil {
 		return 0, err
 	}
-	return f.in.read(f.newKiocb(p, off, flags))
+	k := f.syncKiocb(p, off, flags)
+	n, err := f.in.read(k)
+	putKiocb(k)
+	return n, err
 }
 
 func (f *File) pwrite(p []byte, off int64, flags RWFlags) (int, error) {
@@ -28,7 +32,27 @@ func (f *File) pwrite(p []byte, off int64, flags RWFlags) (int, error) {
 	if err := verifyArea(off, len(p)); err != nil {
 		return 0, err
 	}
-	return f.in.write(f.newKiocb(p, off, flags))
+	k := f.syncKiocb(p, off, flags)
+	n, err := f.in.write(k)
+	putKiocb(k)
+	return n, err
+}
+
+// kiocbPool recycles the kiocbs of synchronous reads and writes, which
+// nothing references once the call has returned (a completion wakes the
+// caller as its last use of the request): a pread or pwrite allocates
+// none.
+var kiocbPool = sync.Pool{New: func() any { return new(kiocb) }}
+
+func (f *File) syncKiocb(p []byte, off int64, flags RWFlags) *kiocb {
+	k := kiocbPool.Get().(*kiocb)
+	*k = *f.newKiocb(p, off, flags) // inlined: the literal stays on the stack
+	return k
+}
+
+func putKiocb(k *kiocb) {
+	*k = kiocb{} // drop the buffer and the inode
+	kiocbPool.Put(k)
 }
 
 func (f *File) newKiocb(p []byte, off int64, flags RWFlags) *kiocb {

@@ -29,23 +29,25 @@ func sparseRecords(n int) []meta.Extent {
 }
 
 // BenchmarkLookup looks up random ranges of n blocks in a map of 100k
-// extents, reusing the output slice (the read/write path's use).
+// extents, and in one of 2 (which Lookup searches in its flat index),
+// reusing the output slice (the read/write path's use).
 func BenchmarkLookup(b *testing.B) {
-	recs := sparseRecords(100_000)
-	m, err := Load(recs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	end, _ := m.LastBlock()
-	for _, n := range []uint64{1, 16, 256} {
-		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
-			r := rand.New(rand.NewPCG(3, 4))
-			out := make([]Segment, 0, 256)
-			b.ReportAllocs()
-			for b.Loop() {
-				out = m.Lookup(r.Uint64N(end), n, out[:0])
-			}
-		})
+	for _, size := range []int{2, 100_000} {
+		m, err := Load(sparseRecords(size))
+		if err != nil {
+			b.Fatal(err)
+		}
+		end, _ := m.LastBlock()
+		for _, n := range []uint64{1, 16, 256} {
+			b.Run(fmt.Sprintf("extents=%d/blocks=%d", size, n), func(b *testing.B) {
+				r := rand.New(rand.NewPCG(3, 4))
+				out := make([]Segment, 0, 256)
+				b.ReportAllocs()
+				for b.Loop() {
+					out = m.Lookup(r.Uint64N(end), n, out[:0])
+				}
+			})
+		}
 	}
 }
 

@@ -1,5 +1,7 @@
 package extmap
 
+import "slices"
+
 // Check verifies the map's invariants and returns an error wrapping
 // ErrCorrupt describing the first one broken:
 //
@@ -10,7 +12,8 @@ package extmap
 //   - no two neighbours are mergeable, unless Load was given mergeable
 //     records (the map keeps their boundaries; see the package doc);
 //   - Blocks() is the sum of the lengths, and the pending index holds
-//     exactly the extents with Epoch > 0.
+//     exactly the extents with Epoch > 0;
+//   - the flat index of a small map holds exactly the extents.
 //
 // It walks every extent: O(n log n), for tests and fsck. It only reads.
 func (m *Map) Check() error {
@@ -52,6 +55,9 @@ func (m *Map) Check() error {
 	}
 	if pending != m.pending.Len() {
 		return bad(Extent{}, "%d pending extents, pending index holds %d", pending, m.pending.Len())
+	}
+	if m.smallSet != (len(all) <= m.smallLimit) || m.smallSet && !slices.Equal(m.small, all) {
+		return bad(Extent{}, "flat index (kept %t) out of step with the %d extents", m.smallSet, len(all))
 	}
 	return checkDevOverlap("check", all)
 }

@@ -72,7 +72,12 @@
 //
 // The extents live in a B-tree ordered by End (the same order as by
 // FileBlock, and the extent that contains a block is then found in one
-// descent); pending extents are also indexed by (Epoch, FileBlock). Lookup,
+// descent); pending extents are also indexed by (Epoch, FileBlock). A map
+// of at most 64 extents (a preallocated or sequentially written file) also
+// keeps them in a flat sorted slice, which Lookup and At binary-search
+// without the B-tree's callbacks (a one-block Lookup in a two-extent map,
+// BenchmarkLookup: about 60 ns instead of 175 on a loaded 2-CPU VM), and
+// which every mutation rebuilds. Lookup,
 // At, NextData, LastBlock and every mutation cost O(log n + k), where k is
 // the number of extents the call returns or touches; Lookup, Convert,
 // Unconvert and MarkDurable allocate nothing once the map's scratch space
@@ -232,6 +237,13 @@ type Map struct {
 	pending *btree.BTreeG[pendingKey]
 	// blocks is the sum of the extents' lengths.
 	blocks uint64
+	// small holds every extent, in order, while there are at most
+	// smallMax of them (smallSet is then true): the index Lookup and At
+	// search, without the B-tree's callbacks. Every mutation rebuilds it.
+	// smallLimit is smallMax (tests lower it).
+	small      []Extent
+	smallSet   bool
+	smallLimit int
 	// unmerged is set when Load was given mergeable neighbours; Check then
 	// does not require the map to be merged.
 	unmerged bool
@@ -241,10 +253,29 @@ type Map struct {
 	old, new []Extent
 }
 
+// smallMax is the most extents a map keeps in its flat index (Map.small):
+// 64 extents are 2.5 KiB, copied once per mutation.
+const smallMax = 64
+
+// reindex rebuilds the flat index after a mutation.
+func (m *Map) reindex() {
+	m.small, m.smallSet = m.small[:0], m.extents.Len() <= m.smallLimit
+	if !m.smallSet {
+		m.small = nil
+		return
+	}
+	m.extents.Ascend(func(e Extent) bool {
+		m.small = append(m.small, e)
+		return true
+	})
+}
+
 // New returns an empty map: a file that is one hole.
 func New() *Map {
 	return &Map{
-		extents: btree.NewG(btreeDegree, func(a, b Extent) bool { return a.End() < b.End() }),
+		smallSet:   true,
+		smallLimit: smallMax,
+		extents:    btree.NewG(btreeDegree, func(a, b Extent) bool { return a.End() < b.End() }),
 		pending: btree.NewG(btreeDegree, func(a, b pendingKey) bool {
 			return a.Epoch < b.Epoch || (a.Epoch == b.Epoch && a.FileBlock < b.FileBlock)
 		}),
@@ -285,6 +316,7 @@ func Load(records []meta.Extent) (*Map, error) {
 		m.extents.ReplaceOrInsert(e)
 		m.blocks += e.Len
 	}
+	m.reindex()
 	return m, nil
 }
 
@@ -329,32 +361,84 @@ func (m *Map) Lookup(fb, n uint64, out []Segment) []Segment {
 	if hi <= fb {
 		return out
 	}
+	if !m.smallSet {
+		return m.lookupTree(fb, hi, out)
+	}
 	cur := fb
 	// Every extent that ends after fb and starts before hi.
+	for _, e := range m.small[m.smallAfter(fb):] {
+		if e.FileBlock >= hi {
+			break
+		}
+		if out, cur = appendPiece(out, e, cur, hi); cur >= hi {
+			break
+		}
+	}
+	return appendHole(out, cur, hi)
+}
+
+// lookupTree is Lookup of [fb, hi) (fb < hi) in the B-tree.
+func (m *Map) lookupTree(fb, hi uint64, out []Segment) []Segment {
+	cur := fb
 	m.extents.AscendGreaterOrEqual(endKey(fb+1), func(e Extent) bool {
 		if e.FileBlock >= hi {
 			return false
 		}
-		start := max(e.FileBlock, cur)
-		if start > cur {
-			out = append(out, Segment{FileBlock: cur, Len: start - cur, Hole: true})
-		}
-		end := min(e.End(), hi)
-		out = append(out, Segment{FileBlock: start, Len: end - start, DevBlock: e.DevBlock + (start - e.FileBlock), State: e.State})
-		cur = end
+		out, cur = appendPiece(out, e, cur, hi)
 		return cur < hi
 	})
+	return appendHole(out, cur, hi)
+}
+
+// appendPiece appends to out the part of extent e that lies in [cur, hi),
+// after a hole segment from cur to e if there is one, and returns out and
+// the end of what it appended. e ends after cur and starts before hi.
+func appendPiece(out []Segment, e Extent, cur, hi uint64) ([]Segment, uint64) {
+	start := max(e.FileBlock, cur)
+	if start > cur {
+		out = append(out, Segment{FileBlock: cur, Len: start - cur, Hole: true})
+	}
+	end := min(e.End(), hi)
+	out = append(out, Segment{FileBlock: start, Len: end - start, DevBlock: e.DevBlock + (start - e.FileBlock), State: e.State})
+	return out, end
+}
+
+// appendHole appends a hole segment [cur, hi) to out if it is not empty.
+func appendHole(out []Segment, cur, hi uint64) []Segment {
 	if cur < hi {
 		out = append(out, Segment{FileBlock: cur, Len: hi - cur, Hole: true})
 	}
 	return out
 }
 
+// smallAfter returns the index in m.small of the first extent that ends
+// after block fb (len(m.small) if none does).
+//
+// Preconditions: m.smallSet.
+func (m *Map) smallAfter(fb uint64) int {
+	lo, hi := 0, len(m.small)
+	for lo < hi {
+		h := int(uint(lo+hi) >> 1)
+		if m.small[h].End() <= fb {
+			lo = h + 1
+		} else {
+			hi = h
+		}
+	}
+	return lo
+}
+
 // next returns the extent that contains fb, or else the first one after it.
 func (m *Map) next(fb uint64) (Extent, bool) {
 	var found Extent
 	ok := false
-	if fb < math.MaxUint64 { // no extent contains block 2^64-1
+	switch {
+	case fb == math.MaxUint64: // no extent contains block 2^64-1
+	case m.smallSet:
+		if i := m.smallAfter(fb); i < len(m.small) {
+			found, ok = m.small[i], true
+		}
+	default:
 		m.extents.AscendGreaterOrEqual(endKey(fb+1), func(e Extent) bool {
 			found, ok = e, true
 			return false

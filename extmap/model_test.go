@@ -151,7 +151,13 @@ func newHarness(t testing.TB, src source, name string) *harness {
 		t.Fatalf("%s: Load: %v", name, err)
 	}
 	h.m = m
-	h.logf("Load(%d records)", len(records))
+	if src.intn(2) == 0 {
+		// A flat index for only a few extents, or none, so that maps
+		// cross between it and the B-tree.
+		m.smallLimit = src.intn(8)
+		m.reindex()
+	}
+	h.logf("Load(%d records), flat index up to %d extents", len(records), m.smallLimit)
 	h.verify()
 	return h
 }
@@ -467,6 +473,12 @@ func (h *harness) checkLookup(fb, n uint64) {
 	}
 	segs = segs[1:]
 	hi := rangeEnd(fb, n)
+	if hi > fb && h.m.smallSet {
+		// The flat index and the B-tree agree.
+		if tree := h.m.lookupTree(fb, hi, nil); !slices.Equal(tree, segs) {
+			h.fail("Lookup(%d, %d) = %+v from the flat index, %+v from the B-tree", fb, n, segs, tree)
+		}
+	}
 	cur := fb
 	for i, s := range segs {
 		if s.FileBlock != cur || s.Len == 0 || s.End() > hi || s.End() < s.FileBlock {

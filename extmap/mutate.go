@@ -289,6 +289,7 @@ func (m *Map) commit(rec Recorder) {
 		}
 		m.extents.ReplaceOrInsert(y)
 	}
+	m.reindex()
 	m.trimScratch()
 }
 

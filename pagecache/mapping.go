@@ -20,8 +20,9 @@ type Mapping struct {
 	// wbErr is the first writeback error not yet reported. Protected by mu.
 	wbErr error
 
-	ndirty atomic.Int64 // dirty pages
-	npages atomic.Int64 // len(pages), readable without mu
+	ndirty     atomic.Int64 // dirty pages
+	nwriteback atomic.Int64 // pages under writeback, removed ones included
+	npages     atomic.Int64 // len(pages), readable without mu
 }
 
 // NewMapping returns an empty mapping for a file.
@@ -60,11 +61,30 @@ func (m *Mapping) Get(idx uint64) *Page {
 // and every byte of a page it marks uptodate. When the cache is full it evicts, or waits for
 // room; with nowait it fails with ErrNoRoom instead of waiting.
 func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, err error) {
-	if p := m.Get(idx); p != nil {
+	c := m.c
+	m.mu.Lock()
+	if p := m.pages[idx]; p != nil {
+		p.mu.Lock()
+		p.refs++
+		p.mu.Unlock()
+		m.mu.Unlock()
 		return p, false, nil
 	}
-	c := m.c
-	buf, err := c.getBuffer(nowait)
+	// A miss: while the cache has a free buffer or room to grow, take it
+	// and insert the page in this critical section (one lookup of the
+	// page table, no second one after getting the buffer).
+	c.mu.Lock()
+	buf, ok := c.takeFreeLocked()
+	if ok {
+		p = m.insertLocked(idx, buf)
+		c.mu.Unlock()
+		m.mu.Unlock()
+		return m.created(p), true, nil
+	}
+	c.mu.Unlock()
+	m.mu.Unlock()
+	// Eviction or a wait for room: Cache.mu alone, then look again.
+	buf, err = c.getBuffer(nowait)
 	if err != nil {
 		return nil, false, err
 	}
@@ -80,17 +100,30 @@ func (m *Mapping) GetOrCreate(idx uint64, nowait bool) (p *Page, created bool, e
 		c.mu.Unlock()
 		return p, false, nil
 	}
-	p = &Page{m: m, Index: idx, Data: buf, refs: 1, flags: flagLocked}
-	m.pages[idx] = p
-	m.npages.Add(1)
 	c.mu.Lock()
-	c.pages++
-	c.locked++
+	p = m.insertLocked(idx, buf)
 	c.mu.Unlock()
 	m.mu.Unlock()
+	return m.created(p), true, nil
+}
+
+// insertLocked adds a new locked page idx, with one reference, over buf.
+//
+// Preconditions: m.mu and m.c.mu are held; idx is not in m.pages.
+func (m *Mapping) insertLocked(idx uint64, buf []byte) *Page {
+	p := &Page{m: m, Index: idx, Data: buf, refs: 1, flags: flagLocked}
+	m.pages[idx] = p
+	m.npages.Add(1)
+	m.c.pages++
+	m.c.locked++
+	return p
+}
+
+// created finishes GetOrCreate's creation of p, after the locks.
+func (m *Mapping) created(p *Page) *Page {
 	p.tookWithoutWaiting()
-	c.stats.created.Add(1)
-	return p, true, nil
+	m.c.stats.created.Add(1)
+	return p
 }
 
 // Release drops a reference from Get, GetOrCreate or Range.
@@ -171,9 +204,8 @@ func (m *Mapping) Remove(p *Page) {
 			m.ndirty.Add(-1)
 			c.dirty--
 		}
-		if p.lruElem != nil {
-			c.lru.Remove(p.lruElem)
-			p.lruElem = nil
+		if p.onLRU {
+			c.lru.remove(p)
 		}
 		c.roomCond.Broadcast()
 		c.mu.Unlock()
@@ -186,24 +218,20 @@ func (m *Mapping) Remove(p *Page) {
 // HasDirty reports whether any page in [first, last] is dirty or under
 // writeback.
 func (m *Mapping) HasDirty(first, last uint64) bool {
-	if m.ndirty.Load() == 0 && !m.anyWriteback() {
+	// Without a lock: a page going from dirty to writeback is counted in
+	// nwriteback before it leaves ndirty, and one going back to dirty (a
+	// failed writeback) in ndirty before it leaves nwriteback, so reading
+	// ndirty, nwriteback, ndirty sees a page that is dirty or under
+	// writeback throughout the call even if it moves once between the two.
+	// This is what a direct read finds on a file that nobody writes through
+	// the cache: three atomic loads, no mutex, no walk of the pages.
+	if m.ndirty.Load() == 0 && m.nwriteback.Load() == 0 && m.ndirty.Load() == 0 {
 		return false
 	}
 	ps := m.Range(first, last)
 	defer m.ReleaseAll(ps)
 	for _, p := range ps {
 		if p.has(flagDirty | flagWriteback) {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *Mapping) anyWriteback() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, p := range m.pages {
-		if p.has(flagWriteback) {
 			return true
 		}
 	}
@@ -277,9 +305,8 @@ func (m *Mapping) Drop() {
 		p.mu.Lock()
 		p.removed = true
 		c.mu.Lock()
-		if p.lruElem != nil {
-			c.lru.Remove(p.lruElem)
-			p.lruElem = nil
+		if p.onLRU {
+			c.lru.remove(p)
 		}
 		c.pages--
 		if p.refs == 0 && p.Data != nil {

@@ -1,7 +1,6 @@
 package pagecache
 
 import (
-	"container/list"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -33,14 +32,20 @@ type Page struct {
 	validFrom int // with !uptodate and dirty: the valid (dirty) bytes
 	validTo   int
 	err       error // the read error that left the page not uptodate
-	waiters   []*waiter
+	// The unlock's waiters, in arrival order: the first inline (when
+	// hasWaiter is set, so that one waiter allocates nothing), the others
+	// in waiters.
+	waiter0   waiter
+	hasWaiter bool
+	waiters   []waiter
 	wbWaiters []chan struct{}
 	refs      int
 	removed   bool
 	dirtiedAt time.Time
 
-	// lruElem is the page's place in the LRU. Protected by Cache.mu.
-	lruElem *list.Element
+	// The page's place in the LRU (lruList). Protected by Cache.mu.
+	lruPrev, lruNext *Page
+	onLRU            bool
 
 	// dropBehind marks a page of uncached I/O (SetDropBehind).
 	dropBehind atomic.Bool
@@ -106,10 +111,10 @@ func (p *Page) Lock() {
 	lockrank.Acquire(lockrank.RankPage, p.Index+1, unsafe.Pointer(p))
 	p.mu.Lock()
 	for p.flags&flagLocked != 0 {
-		w := &waiter{ch: make(chan struct{})}
-		p.waiters = append(p.waiters, w)
+		ch := make(chan struct{})
+		p.addWaiterLocked(waiter{ch: ch})
 		p.mu.Unlock()
-		<-w.ch
+		<-ch
 		p.mu.Lock()
 	}
 	p.lockLocked()
@@ -152,20 +157,30 @@ func (p *Page) lockLocked() {
 	c.mu.Unlock()
 }
 
+// addWaiterLocked queues w for the next unlock.
+//
+// Preconditions: p.mu is held.
+func (p *Page) addWaiterLocked(w waiter) {
+	if !p.hasWaiter {
+		p.waiter0, p.hasWaiter = w, true
+	} else {
+		p.waiters = append(p.waiters, w)
+	}
+}
+
 // LockAsync locks the page now and returns true, or, if it is locked,
-// queues cb to run once at its next unlock and returns false. cb is queued
-// before the trylock, so an unlock in between is never lost. cb does not
-// own the lock: it must retry from the lookup. cb runs on the unlocking
-// goroutine and must not block.
+// queues cb to run once at its next unlock and returns false. The check
+// and the queueing happen under the page's state mutex, which the unlock
+// takes, so an unlock in between is never lost. cb does not own the lock:
+// it must retry from the lookup. cb runs on the unlocking goroutine and
+// must not block.
 func (p *Page) LockAsync(cb func()) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := &waiter{cb: cb}
-	p.waiters = append(p.waiters, w)
 	if p.flags&flagLocked != 0 {
+		p.addWaiterLocked(waiter{cb: cb})
 		return false
 	}
-	p.waiters = p.waiters[:len(p.waiters)-1]
 	p.lockLocked()
 	p.tookWithoutWaiting()
 	return true
@@ -173,16 +188,15 @@ func (p *Page) LockAsync(cb func()) bool {
 
 // WaitUnlockedAsync returns true if the page is unlocked now; otherwise it
 // queues cb to run once at the next unlock and returns false. As for
-// LockAsync, cb is queued before the check.
+// LockAsync, no unlock can come between the check and the queueing. One
+// waiter on a page allocates nothing.
 func (p *Page) WaitUnlockedAsync(cb func()) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	w := &waiter{cb: cb}
-	p.waiters = append(p.waiters, w)
 	if p.flags&flagLocked != 0 {
+		p.addWaiterLocked(waiter{cb: cb})
 		return false
 	}
-	p.waiters = p.waiters[:len(p.waiters)-1]
 	return true
 }
 
@@ -194,10 +208,10 @@ func (p *Page) WaitUnlocked() {
 		p.mu.Unlock()
 		return
 	}
-	w := &waiter{ch: make(chan struct{})}
-	p.waiters = append(p.waiters, w)
+	ch := make(chan struct{})
+	p.addWaiterLocked(waiter{ch: ch})
 	p.mu.Unlock()
-	<-w.ch
+	<-ch
 }
 
 // Unlock unlocks the page and wakes every waiter: blocked goroutines race
@@ -210,8 +224,8 @@ func (p *Page) Unlock() {
 		panic("pagecache: unlock of unlocked page")
 	}
 	p.flags &^= flagLocked
-	ws := p.waiters
-	p.waiters = nil
+	w0, has0, ws := p.waiter0, p.hasWaiter, p.waiters
+	p.waiter0, p.hasWaiter, p.waiters = waiter{}, false, nil
 	c := p.m.c
 	c.mu.Lock()
 	c.locked--
@@ -219,12 +233,20 @@ func (p *Page) Unlock() {
 	c.mu.Unlock()
 	p.maybeLRULocked()
 	p.mu.Unlock()
+	if has0 {
+		w0.wake()
+	}
 	for _, w := range ws {
-		if w.cb != nil {
-			w.cb()
-		} else {
-			close(w.ch)
-		}
+		w.wake()
+	}
+}
+
+// wake runs the waiter's callback or wakes its goroutine.
+func (w waiter) wake() {
+	if w.cb != nil {
+		w.cb()
+	} else {
+		close(w.ch)
 	}
 }
 
@@ -293,6 +315,7 @@ func (p *Page) StartWriteback() bool {
 		return false
 	}
 	p.flags = p.flags&^flagDirty | flagWriteback
+	p.m.nwriteback.Add(1) // before ndirty drops: see HasDirty
 	p.m.ndirty.Add(-1)
 	c := p.m.c
 	c.mu.Lock()
@@ -309,13 +332,18 @@ func (p *Page) StartWriteback() bool {
 func (p *Page) EndWriteback(err error) {
 	c := p.m.c
 	p.mu.Lock()
-	p.flags &^= flagWriteback
+	// Dirty again before the writeback count drops, so that HasDirty's
+	// counters never both read zero for this page on the way.
 	if err != nil && p.flags&flagDirty == 0 && !p.removed {
 		p.flags |= flagDirty
 		p.m.ndirty.Add(1)
 		c.mu.Lock()
 		c.dirty++
 		c.mu.Unlock()
+	}
+	if p.flags&flagWriteback != 0 {
+		p.flags &^= flagWriteback
+		p.m.nwriteback.Add(-1)
 	}
 	p.maybeLRULocked()
 	wws := p.wbWaiters
@@ -348,10 +376,10 @@ func (p *Page) maybeLRULocked() {
 	}
 	c := p.m.c
 	c.mu.Lock()
-	if p.lruElem != nil {
-		c.lru.MoveToBack(p.lruElem)
+	if p.onLRU {
+		c.lru.moveToBack(p)
 	} else {
-		p.lruElem = c.lru.PushBack(p)
+		c.lru.pushBack(p)
 	}
 	c.roomCond.Broadcast()
 	c.mu.Unlock()
@@ -363,9 +391,8 @@ func (p *Page) maybeLRULocked() {
 func (p *Page) removeLRULocked() {
 	c := p.m.c
 	c.mu.Lock()
-	if p.lruElem != nil {
-		c.lru.Remove(p.lruElem)
-		p.lruElem = nil
+	if p.onLRU {
+		c.lru.remove(p)
 	}
 	c.mu.Unlock()
 }

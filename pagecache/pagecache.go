@@ -55,7 +55,6 @@
 package pagecache
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"sort"
@@ -91,12 +90,12 @@ type Cache struct {
 
 	mu lockrank.Mutex[lockrank.Cache]
 	// Protected by mu.
-	lru      list.List // clean, unlocked, unreferenced pages; front = oldest
-	free     [][]byte  // page buffers ready for reuse
-	buffers  int64     // page buffers in existence (free or in use)
-	pages    int64     // pages in mappings
-	dirty    int64     // dirty (or partial) pages
-	locked   int64     // locked pages (I/O or change in progress)
+	lru      lruList  // clean, unlocked, unreferenced pages; front = oldest
+	free     [][]byte // page buffers ready for reuse
+	buffers  int64    // page buffers in existence (free or in use)
+	pages    int64    // pages in mappings
+	dirty    int64    // dirty (or partial) pages
+	locked   int64    // locked pages (I/O or change in progress)
 	mappings map[*Mapping]struct{}
 	closed   bool
 	roomCond sync.Cond // signalled when a page may have become evictable or dirty fell
@@ -249,6 +248,27 @@ func (c *Cache) DirtyMappings() []*Mapping {
 	return dirty
 }
 
+// takeFreeLocked returns a free page buffer, growing the cache by a slab
+// if it may, when a new page fits without evicting one; ok is false
+// otherwise (or once the cache is closed, which getBuffer reports).
+//
+// Preconditions: c.mu is held.
+func (c *Cache) takeFreeLocked() (buf []byte, ok bool) {
+	if c.closed || c.pages >= c.maxPages {
+		return nil, false
+	}
+	if len(c.free) == 0 {
+		if c.buffers >= c.maxPages {
+			return nil, false
+		}
+		c.growLocked()
+	}
+	n := len(c.free)
+	buf = c.free[n-1]
+	c.free = c.free[:n-1]
+	return buf, true
+}
+
 // getBuffer returns a page buffer, evicting a clean page or waiting for
 // room when the cache is full.
 func (c *Cache) getBuffer(nowait bool) ([]byte, error) {
@@ -269,12 +289,10 @@ func (c *Cache) getBuffer(nowait bool) ([]byte, error) {
 			c.growLocked()
 			continue
 		}
-		if e := c.lru.Front(); e != nil {
+		if p := c.lru.head; p != nil {
 			// Evict the least recently used page. Its mapping's lock
 			// comes before c.mu, so let go of c.mu to take it.
-			p := e.Value.(*Page)
-			c.lru.Remove(e)
-			p.lruElem = nil
+			c.lru.remove(p)
 			c.mu.Unlock()
 			c.tryEvict(p)
 			c.mu.Lock()
@@ -342,9 +360,8 @@ func (c *Cache) tryEvict(p *Page) {
 		m.npages.Add(-1)
 	}
 	c.mu.Lock()
-	if p.lruElem != nil { // put back by a release that raced the caller
-		c.lru.Remove(p.lruElem)
-		p.lruElem = nil
+	if p.onLRU { // put back by a release that raced the caller
+		c.lru.remove(p)
 	}
 	c.pages--
 	c.free = append(c.free, p.Data)
@@ -359,4 +376,45 @@ func (c *Cache) tryEvict(p *Page) {
 func (c *Cache) String() string {
 	s := c.Stats()
 	return fmt.Sprintf("pagecache{pages %d/%d dirty %d locked %d}", s.Pages, s.CapacityPages, s.DirtyPages, s.LockedPages)
+}
+
+// lruList is the cache's LRU: a doubly linked list of pages, oldest first,
+// linked through the pages themselves (Page.lruPrev, lruNext), so that
+// putting a page on it allocates nothing. Protected by Cache.mu.
+type lruList struct {
+	head, tail *Page
+}
+
+// pushBack puts p, which is not on the list, at its back.
+func (l *lruList) pushBack(p *Page) {
+	p.lruPrev, p.lruNext, p.onLRU = l.tail, nil, true
+	if l.tail != nil {
+		l.tail.lruNext = p
+	} else {
+		l.head = p
+	}
+	l.tail = p
+}
+
+// remove takes p, which is on the list, off it.
+func (l *lruList) remove(p *Page) {
+	if p.lruPrev != nil {
+		p.lruPrev.lruNext = p.lruNext
+	} else {
+		l.head = p.lruNext
+	}
+	if p.lruNext != nil {
+		p.lruNext.lruPrev = p.lruPrev
+	} else {
+		l.tail = p.lruPrev
+	}
+	p.lruPrev, p.lruNext, p.onLRU = nil, nil, false
+}
+
+// moveToBack moves p, which is on the list, to its back.
+func (l *lruList) moveToBack(p *Page) {
+	if l.tail != p {
+		l.remove(p)
+		l.pushBack(p)
+	}
 }

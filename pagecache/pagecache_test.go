@@ -2,6 +2,7 @@ package pagecache
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -314,6 +315,107 @@ func TestFailedWritebackStaysDirty(t *testing.T) {
 	}
 	if err := m.TakeError(); err != nil {
 		t.Fatalf("second TakeError = %v, want nil", err)
+	}
+	m.Release(p)
+}
+
+// TestHasDirty follows a page through dirty, writeback (ended, failed,
+// and of a removed page): HasDirty sees it in its range whenever it is
+// dirty or under writeback, and not once it is clean.
+func TestHasDirty(t *testing.T) {
+	_, m := newTestCache(16)
+	check := func(when string, want bool) {
+		t.Helper()
+		if got := m.HasDirty(0, 3); got != want {
+			t.Errorf("%s: HasDirty(0, 3) = %v, want %v", when, got, want)
+		}
+		if m.HasDirty(4, 9) {
+			t.Errorf("%s: HasDirty(4, 9) = true for a page at index 2", when)
+		}
+	}
+	p, _, _ := m.GetOrCreate(2, false)
+	p.SetUptodate()
+	check("clean", false)
+	p.MarkDirty(0, 100)
+	check("dirty", true)
+	p.StartWriteback()
+	check("under writeback", true)
+	p.EndWriteback(errors.New("EIO"))
+	check("dirty again after a failed writeback", true)
+	m.TakeError()
+	p.StartWriteback()
+	p.EndWriteback(nil)
+	check("written back", false)
+	p.MarkDirty(0, 100)
+	p.StartWriteback()
+	m.Remove(p)
+	if m.nwriteback.Load() != 1 {
+		t.Errorf("a removed page under writeback: %d counted", m.nwriteback.Load())
+	}
+	p.EndWriteback(nil)
+	if m.ndirty.Load() != 0 || m.nwriteback.Load() != 0 {
+		t.Errorf("after its writeback: %d dirty, %d under writeback counted", m.ndirty.Load(), m.nwriteback.Load())
+	}
+	check("removed", false)
+	p.Unlock()
+	m.Release(p)
+}
+
+// TestAsyncWaitAllocs: a callback waiting for a page's unlock, the unlock
+// that runs it and the page's trips on and off the LRU allocate nothing
+// (an async buffered read's cycle).
+func TestAsyncWaitAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	c, m := newTestCache(16)
+	p, _, _ := m.GetOrCreate(0, false) // locked, referenced
+	p.SetUptodate()
+	ran := 0
+	cb := func() { ran++ }
+	if n := testing.AllocsPerRun(100, func() {
+		if p.WaitUnlockedAsync(cb) {
+			t.Fatal("WaitUnlockedAsync of a locked page returned true")
+		}
+		p.Unlock()
+		m.Release(p) // on the LRU
+		c.mu.Lock()
+		c.lru.remove(p) // as eviction takes it off
+		c.mu.Unlock()
+		if p = m.Get(0); p == nil || !p.TryLock() {
+			t.Fatal("page 0 lost")
+		}
+	}); n > 0 {
+		t.Errorf("%.1f allocations per wait, unlock and LRU round trip", n)
+	}
+	if ran != 101 {
+		t.Errorf("callback ran %d times, want 101", ran)
+	}
+	p.Unlock()
+	m.Release(p)
+}
+
+// TestWaitersInOrder: an unlock runs the callbacks queued on the page in
+// the order they were queued, the inline first one included, once each.
+func TestWaitersInOrder(t *testing.T) {
+	_, m := newTestCache(16)
+	p, _, _ := m.GetOrCreate(0, false)
+	var got []int
+	for i := range 4 {
+		if p.WaitUnlockedAsync(func() { got = append(got, i) }) {
+			t.Fatal("WaitUnlockedAsync of a locked page returned true")
+		}
+	}
+	p.Unlock()
+	if !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Errorf("callbacks ran as %v", got)
+	}
+	if !p.TryLock() {
+		t.Fatal("the page stayed locked")
+	}
+	p.Unlock() // none left
+	if len(got) != 4 {
+		t.Errorf("callbacks ran again: %v", got)
 	}
 	m.Release(p)
 }

@@ -31,8 +31,13 @@
 //   - Wake-ups. While the owner sleeps in io_uring_enter waiting for a
 //     completion, a Submit calls io_uring_enter itself to submit its SQE,
 //     and the owner sleeps on: no wake-up, no handoff between goroutines
-//     before the request reaches the kernel. An owner with nothing in
-//     flight sleeps on a channel, and the first Submit wakes it.
+//     before the request reaches the kernel. With many requests in flight
+//     (deferSubmitDepth), the Submit leaves its SQE to the owner instead,
+//     which submits it after the next completion wakes it, together with
+//     the others published meanwhile, unless it makes a batch
+//     (deferSubmitBatch) that it then submits itself (Stats.Deferred). An
+//     owner with nothing in flight sleeps on a channel, and the first
+//     Submit wakes it.
 //   - Scheduling. After calling Done callbacks the owner yields
 //     (runtime.Gosched), so that the goroutines the callbacks woke run, and
 //     submit their next requests, before the owner blocks in the kernel
@@ -41,8 +46,10 @@
 //     goroutine cannot yield without handing its P to another thread and
 //     back, and measured slower (see ringOwner.loop).
 //   - Back-pressure. A ring never has more requests in flight than its
-//     completion queue holds, so the CQ cannot overflow. Each Submit takes a token from a per-ring semaphore of that
-//     size and blocks while none is free. A Done callback that calls Submit
+//     completion queue holds, so the CQ cannot overflow. Each Submit
+//     takes a token from a per-ring semaphore of that size (a count under
+//     the ring's mutex, handed to blocked Submits before newcomers) and
+//     blocks while none is free. A Done callback that calls Submit
 //     must not block (the owner would wait for itself): while it calls Done
 //     callbacks the owner locks itself to its thread and publishes the
 //     thread id, and a Submit from that thread skips the semaphore; the
@@ -378,6 +385,10 @@ type Stats struct {
 	// Wakeups counts Submit calls that woke an idle owner (one with
 	// nothing in flight).
 	Wakeups uint64
+	// Deferred counts Submit calls that found the owner waiting in the
+	// kernel with enough in flight and left their SQE for the owner's
+	// next io_uring_enter instead of entering the kernel themselves.
+	Deferred uint64
 	// Blocked counts Submit calls that waited for back-pressure.
 	Blocked uint64
 	// ShortIOs counts short reads and writes that were resubmitted.

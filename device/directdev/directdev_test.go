@@ -756,6 +756,95 @@ func TestBatchingUnderLoad(t *testing.T) {
 	}
 }
 
+// TestDeferredSubmit fills a ring with deferSubmitDepth reads of an empty
+// pipe, which stay in the kernel until it is written, then submits more
+// while the owner sleeps in io_uring_enter: the first deferSubmitBatch-1
+// Submits leave their SQEs to the owner (no io_uring_enter of their own),
+// the next one submits the batch, and the owner submits the rest after the
+// first completion wakes it, so every read completes.
+func TestDeferredSubmit(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	d := &Device{path: "pipe", fd: p[0], blockDev: true, opts: *(&Options{}).EnsureDefaults()}
+	o, err := startRingOwner(d)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		t.Skipf("io_uring unavailable: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deferred = deferSubmitBatch - 1
+	const n = deferSubmitDepth + deferred + 2
+	const size = 512
+	b := &uringBackend{rings: []*ringOwner{o}}
+	d.be = b
+	defer func() {
+		unix.Write(p[1], make([]byte, n*size)) // on failure, let every read end
+		b.close()
+	}()
+	var wg sync.WaitGroup
+	wg.Add(n)
+	read := func() {
+		r := &device.Request{Op: device.OpRead, Buf: make([]byte, size), Done: func(r *device.Request, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		}}
+		b.submit(r)
+	}
+	// The owner is asleep in the kernel with n-1 reads there.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; stats %+v", what, d.Stats())
+			}
+		}
+	}
+	for range deferSubmitDepth {
+		read()
+	}
+	inKernel := func() int {
+		o.sq.Lock()
+		defer o.sq.Unlock()
+		return o.inflight - int(o.ring.SQPending())
+	}
+	waitFor("the reads to reach the kernel", func() bool { return o.state.Load() == sleepKernel && inKernel() == deferSubmitDepth })
+	s0 := d.Stats()
+	for range deferred {
+		read()
+	}
+	s1 := d.Stats()
+	if s1.Deferred-s0.Deferred != deferred || s1.Enters != s0.Enters {
+		t.Errorf("%d Submits: %d deferred, %d io_uring_enter calls; want %d and 0", deferred, s1.Deferred-s0.Deferred, s1.Enters-s0.Enters, deferred)
+	}
+	read() // makes a batch
+	s2 := d.Stats()
+	if k := inKernel(); s2.Deferred != s1.Deferred || s2.Batches != s1.Batches+1 || k != deferSubmitDepth+deferSubmitBatch {
+		t.Errorf("the Submit that makes a batch: %d deferred, %d submitting enters, %d reads in the kernel; want 0, 1, %d",
+			s2.Deferred-s1.Deferred, s2.Batches-s1.Batches, k, deferSubmitDepth+deferSubmitBatch)
+	}
+	read() // deferred again
+	if s3 := d.Stats(); s3.Deferred != s2.Deferred+1 {
+		t.Errorf("the last Submit was not deferred: %+v", s3)
+	}
+	if _, err := unix.Write(p[1], make([]byte, n*size)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the deferred read never completed; stats %+v", d.Stats())
+	}
+}
+
 // TestCloseWaitsForInflight closes the device with hundreds of requests in
 // flight, while other goroutines keep submitting: every accepted request
 // completes before Close returns, and later ones fail with ErrClosed.

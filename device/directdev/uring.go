@@ -43,35 +43,54 @@ func (b *uringBackend) submit(r *device.Request) {
 	if len(b.rings) > 1 {
 		o = b.rings[b.next.Add(1)%uint32(len(b.rings))]
 	}
-	tok := true
-	select {
-	case o.sem <- struct{}{}:
-	default:
+	o.sq.Lock()
+	tok := o.takeTokenLocked()
+	if !tok {
 		// The ring is full. Wait for a free token, unless this is a Done
 		// callback run by an owner: that owner would wait for itself (or
-		// for another owner waiting for it).
-		if inDoneCallback() {
-			tok = false
-		} else {
+		// for another owner waiting for it). inDoneCallback takes the
+		// owners' mutex, a leaf like sq: not under sq.
+		o.sq.Unlock()
+		inDone := inDoneCallback()
+		o.sq.Lock()
+		if !inDone {
 			o.nBlocked.Add(1)
-			o.sem <- struct{}{}
+			o.waitTokenLocked()
+			tok = true
 		}
 	}
-	o.sq.Lock()
 	// FIFO: a request queued behind others waits its turn.
 	direct := o.pendingHead == len(o.pending) && o.startLocked(r, tok)
 	if !direct {
 		o.pending = append(o.pending, item{r: r, tok: tok})
 	}
+	// SQEs published and not yet submitted (this one among them), of
+	// which ownerLeft are in the batch the owner's io_uring_enter is
+	// submitting (or about to), and requests the kernel has taken and not
+	// completed (or whose completions the owner has not reaped yet).
+	unsubmitted := int(o.ring.SQPending())
+	ownerLeft := max(0, unsubmitted-int(o.ring.SQTail()-o.ownerTail))
+	inKernel := o.inflight - unsubmitted
 	o.sq.Unlock()
 	o.accepted.Add(1)
 	switch o.state.Load() {
 	case sleepKernel:
-		if direct {
+		switch {
+		case !direct:
+			// A request left pending needs a free slot or SQ entry,
+			// which only a completion brings, and the owner wakes for
+			// those.
+		case inKernel >= deferSubmitDepth && (ownerLeft > 0 || unsubmitted < deferSubmitBatch):
+			// Enough is in flight that a completion, which wakes the
+			// owner, comes soon: its next io_uring_enter submits the
+			// SQE with the others published meanwhile (or the
+			// submitter that makes a batch does, unless the owner is
+			// still submitting its own: that io_uring_enter holds the
+			// ring's lock, which this one would spin on).
+			o.nDeferred.Add(1)
+		default:
 			// The owner waits in the kernel for completions: hand the
-			// SQE to the kernel here rather than wake it. A request
-			// left pending needs a free slot or SQ entry, which only a
-			// completion brings, and the owner wakes for those.
+			// SQE to the kernel here rather than wake it.
 			o.enterSubmit()
 		}
 	case sleepIdle:
@@ -84,6 +103,37 @@ func (b *uringBackend) submit(r *device.Request) {
 		}
 	}
 }
+
+// A submitter that finds the owner asleep in the kernel leaves its SQE
+// published for the owner's next io_uring_enter, rather than enter the
+// kernel itself, while at least deferSubmitDepth requests are in the
+// kernel and fewer than deferSubmitBatch SQEs (its own included) wait to be
+// submitted; the submitter that completes a batch submits it, unless the
+// owner's io_uring_enter is still submitting the owner's own batch (it
+// holds the ring's lock, on which the submitter's would spin).
+//
+// Deferring is always safe: the owner sleeps in the kernel only with
+// requests in flight, all of them submitted, so a completion will wake it,
+// and it then submits everything published before it sleeps again. It
+// costs a deferred request the wait for that completion or for the batch,
+// which with this many in flight is a small share of its own latency, and
+// saves a system call per request, a doorbell (one virtio notification per
+// batch rather than per request on a VM) and, since io_uring runs a
+// request's completion work on the thread that submitted it, a wake-up of
+// that submitter's thread, which by then may be idle. Measured on a 2-CPU
+// VM with 32 goroutines each keeping one O_DIRECT I/O of 512 B in flight
+// (BenchmarkDirectIO in the engine): about 10 SQEs per submitting
+// io_uring_enter instead of 2 to 6, and less CPU per I/O by a fifth on
+// 50/50 reads and writes and by a tenth on reads, for 1-3% more wall time
+// per I/O; deferring every submission made batches of 20 and saved a
+// little more CPU but cost up to a tenth of the throughput (the requests
+// then reach the device in bursts). Below deferSubmitDepth (a few
+// synchronous readers) the wait would be a noticeable share of the
+// latency, and submitters enter the kernel themselves.
+const (
+	deferSubmitDepth = 8
+	deferSubmitBatch = 8
+)
 
 // owners lists the running ring owners of every Device, for
 // inDoneCallback.
@@ -127,6 +177,7 @@ func (b *uringBackend) stats(s *Stats) {
 		s.Enters += o.nEnters.Load()
 		s.Batches += o.nBatches.Load()
 		s.Wakeups += o.nWakeups.Load()
+		s.Deferred += o.nDeferred.Load()
 		s.Blocked += o.nBlocked.Load()
 		s.ShortIOs += o.nShort.Load()
 		s.DepthNanos += o.nDepthNanos.Load()
@@ -190,10 +241,7 @@ type ringOwner struct {
 	// Immutable after startRingOwner.
 	d          *Device
 	fsyncFlags uint32
-	// sem has one token per slot; Submit takes one, completion returns
-	// it.
-	sem  chan struct{}
-	idle chan struct{}
+	idle       chan struct{}
 	// exited receives the loop's result when the owner has torn down.
 	exited chan error
 
@@ -207,6 +255,18 @@ type ringOwner struct {
 	pending     []item
 	pendingHead int
 	retry       []uint32
+	// The semaphore that bounds the requests a ring has accepted (in
+	// flight or pending) to its slots: tokens are free, a Submit takes one
+	// and its completion returns it; while Submits wait for one
+	// (tokenWaiters), a returned token is handed to them (handoffs, with
+	// tokenCond on sq) rather than left for a newcomer. One decrement and one increment under sq per request, which
+	// each takes anyway.
+	tokens, tokenWaiters, handoffs int
+	tokenCond                      sync.Cond
+	// ownerTail is the SQ tail the owner published for the
+	// io_uring_enter it is in or about to make: SQEs before it are its
+	// to submit.
+	ownerTail uint32
 
 	// accepted counts Submit calls that handed their request to the ring.
 	accepted atomic.Uint64
@@ -227,7 +287,7 @@ type ringOwner struct {
 	done []finished
 
 	// Counters for Stats.
-	nRequests, nSQEs, nEnters, nBatches, nWakeups, nBlocked, nShort, nDepthNanos atomic.Uint64
+	nRequests, nSQEs, nEnters, nBatches, nWakeups, nDeferred, nBlocked, nShort, nDepthNanos atomic.Uint64
 }
 
 func startRingOwner(d *Device) (*ringOwner, error) {
@@ -298,7 +358,8 @@ func (o *ringOwner) setup() error {
 	for i := range o.free {
 		o.free[i] = uint32(n - 1 - i)
 	}
-	o.sem = make(chan struct{}, n)
+	o.tokens = n
+	o.tokenCond.L = &o.sq
 	o.cqes = make([]uring.CQE, ring.CQEntries())
 	return nil
 }
@@ -364,6 +425,7 @@ func (o *ringOwner) loop() {
 		}
 		o.sq.Lock()
 		toSubmit := o.ring.Publish()
+		o.ownerTail = o.ring.SQTail()
 		o.sq.Unlock()
 		// A submitter that saw sleepKernel may submit some of these
 		// first; then the kernel finds fewer than toSubmit and returns
@@ -423,6 +485,46 @@ func (o *ringOwner) sleepIdle() {
 		<-o.idle // a submitter won the CAS and sends a wake-up: take it
 	}
 	o.state.Store(running)
+}
+
+// takeTokenLocked takes a free token if there is one. There is none while
+// a waiter has not been handed one: tokens are returned to waiters first,
+// so tokens > 0 only when every waiter has its handoff.
+//
+// Preconditions: o.sq is held.
+func (o *ringOwner) takeTokenLocked() bool {
+	if o.tokens == 0 || o.tokenWaiters > o.handoffs {
+		return false
+	}
+	o.tokens--
+	return true
+}
+
+// waitTokenLocked waits until a returned token is handed to the caller.
+//
+// Preconditions: o.sq is held (and is while it waits).
+func (o *ringOwner) waitTokenLocked() {
+	if o.takeTokenLocked() {
+		return // returned while the caller let go of sq
+	}
+	o.tokenWaiters++
+	for o.handoffs == 0 {
+		o.tokenCond.Wait()
+	}
+	o.handoffs--
+	o.tokenWaiters--
+}
+
+// returnTokenLocked returns a token: to a waiting Submit, if any.
+//
+// Preconditions: o.sq is held.
+func (o *ringOwner) returnTokenLocked() {
+	if o.tokenWaiters > o.handoffs {
+		o.handoffs++
+		o.tokenCond.Signal()
+		return
+	}
+	o.tokens++
 }
 
 // startLocked puts r in a free slot and a free SQE, publishes it and
@@ -551,7 +653,7 @@ func (o *ringOwner) completeLocked(c uring.CQE) {
 	o.free = append(o.free, i)
 	o.inflight--
 	if tok {
-		<-o.sem
+		o.returnTokenLocked()
 	}
 	o.done = append(o.done, finished{r, err})
 }

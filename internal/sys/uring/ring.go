@@ -242,6 +242,11 @@ func (r *Ring) SQPending() uint32 {
 	return r.sqeTail - atomic.LoadUint32(r.sqHead)
 }
 
+// SQTail returns the number of SQEs handed out by GetSQE since the ring
+// was created (free-running, as the ring's counters are): SQPending of them
+// are not consumed yet. Like GetSQE, it reads the submission side.
+func (r *Ring) SQTail() uint32 { return r.sqeTail }
+
 // flushSQ publishes every SQE handed out by GetSQE and returns how many SQEs
 // the kernel has not consumed yet.
 func (r *Ring) flushSQ() uint32 {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package pagecache
+
+const raceEnabled = false
