@@ -47,6 +47,22 @@ func recordsOf(t *testing.T, data []byte, n int) []int {
 	return out
 }
 
+// eachOnce checks that ids (recordsOf's) are n records, none of them zero
+// and none twice.
+func eachOnce(t *testing.T, ids []int, n int) {
+	t.Helper()
+	seen := map[int]bool{}
+	for _, id := range ids {
+		if id < 0 || seen[id] {
+			t.Fatalf("records %v: a zero or duplicated record", ids)
+		}
+		seen[id] = true
+	}
+	if len(ids) != n {
+		t.Fatalf("%d records, want %d", len(ids), n)
+	}
+}
+
 // devOffsetOf returns the device offset of file byte off, which must be
 // mapped.
 func (e *testEnv) devOffsetOf(f *File, off int64) int64 {
@@ -120,17 +136,7 @@ func TestParallelAppendsInFlight(t *testing.T) {
 			if got := e.fault.Stats().Write.MaxInFlight; got != tc.maxWant {
 				t.Fatalf("max writes in flight = %d, want %d", got, tc.maxWant)
 			}
-			ids := recordsOf(t, mustReadAll(t, f), 4096)
-			seen := map[int]bool{}
-			for _, id := range ids {
-				if id < 0 || seen[id] {
-					t.Fatalf("records %v: a zero or duplicated record", ids)
-				}
-				seen[id] = true
-			}
-			if len(ids) != n {
-				t.Fatalf("%d records, want %d", len(ids), n)
-			}
+			eachOnce(t, recordsOf(t, mustReadAll(t, f), 4096), n)
 			checkClean(t, e.fs)
 		})
 	}
@@ -354,17 +360,7 @@ func TestSubBlockAppendsShareBlocks(t *testing.T) {
 	if got := e.fault.Stats().Write.MaxInFlight; got != n/2 {
 		t.Fatalf("max writes in flight %d, want %d (one per block)", got, n/2)
 	}
-	ids := recordsOf(t, mustReadAll(t, f), 2048)
-	seen := map[int]bool{}
-	for _, id := range ids {
-		if id < 0 || seen[id] {
-			t.Fatalf("records %v", ids)
-		}
-		seen[id] = true
-	}
-	if len(ids) != n {
-		t.Fatalf("%d records, want %d", len(ids), n)
-	}
+	eachOnce(t, recordsOf(t, mustReadAll(t, f), 2048), n)
 	checkClean(t, e.fs)
 }
 
@@ -436,17 +432,7 @@ func TestBufferedAppendsParallel(t *testing.T) {
 			}
 			check := func(f *File) {
 				t.Helper()
-				ids := recordsOf(t, mustReadAll(t, f), size)
-				seen := map[int]bool{}
-				for _, id := range ids {
-					if id < 0 || seen[id] {
-						t.Fatalf("records %v", ids)
-					}
-					seen[id] = true
-				}
-				if len(ids) != writers*each {
-					t.Fatalf("%d records, want %d", len(ids), writers*each)
-				}
+				eachOnce(t, recordsOf(t, mustReadAll(t, f), size), writers*each)
 			}
 			check(bf)
 			if err := bf.Fsync(); err != nil {
