@@ -116,22 +116,11 @@ func TestParallelAppendsInFlight(t *testing.T) {
 					}
 				}()
 			}
-			if tc.maxWant == n {
-				if err := g.WaitHeld(heldCtx(t), n); err != nil {
-					t.Fatalf("only %d of %d appends reached the device together: %v", g.Held(), n, err)
-				}
+			passGate(t, g, n, tc.maxWant == n, "appends", func() {
 				if sz := f.in.size(); sz != 0 {
 					t.Fatalf("size %d published with every append in flight", sz)
 				}
-				g.Open()
-			} else {
-				for range n {
-					if err := g.WaitHeld(heldCtx(t), 1); err != nil {
-						t.Fatal(err)
-					}
-					g.Release(1)
-				}
-			}
+			})
 			wg.Wait()
 			if got := e.fault.Stats().Write.MaxInFlight; got != tc.maxWant {
 				t.Fatalf("max writes in flight = %d, want %d", got, tc.maxWant)

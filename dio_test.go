@@ -53,6 +53,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// passGate lets n requests held at g through: all together once all n are
+// held, if together (calling whileHeld first, if not nil), else one at a
+// time, each as soon as it is the only one held, as when each holds a lock
+// the others queue behind. what names the requests in a failure.
+func passGate(t *testing.T, g *faultdev.Gate, n int, together bool, what string, whileHeld func()) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !together {
+		for range n {
+			if err := g.WaitHeld(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			g.Release(1)
+		}
+		return
+	}
+	if err := g.WaitHeld(ctx, n); err != nil {
+		t.Fatalf("only %d of %d %s reached the device together: %v", g.Held(), n, what, err)
+	}
+	if whileHeld != nil {
+		whileHeld()
+	}
+	g.Open()
+}
+
 func (e *testEnv) inode(f *File) *inode { return f.in }
 
 // TestDirectReadsShareTheLock: N direct reads of one file are all in flight
@@ -82,25 +108,9 @@ func TestDirectReadsShareTheLock(t *testing.T) {
 					}
 				}()
 			}
-			if tc.maxWant == n {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := g.WaitHeld(ctx, n); err != nil {
-					t.Fatalf("only %d of %d reads reached the device together: %v", g.Held(), n, err)
-				}
-				g.Open()
-			} else {
-				for range n {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					if err := g.WaitHeld(ctx, 1); err != nil {
-						t.Fatal(err)
-					}
-					cancel()
-					// Every other reader is queued on the lock or
-					// draining behind the held read.
-					g.Release(1)
-				}
-			}
+			// One at a time: every other reader is queued on the lock or
+			// draining behind the held read.
+			passGate(t, g, n, tc.maxWant == n, "reads", nil)
 			wg.Wait()
 			if got := e.fault.Stats().Read.MaxInFlight; got != tc.maxWant {
 				t.Fatalf("max reads in flight = %d, want %d", got, tc.maxWant)
@@ -149,23 +159,7 @@ func TestUnalignedOverwritesRunShared(t *testing.T) {
 					}
 				}()
 			}
-			if tc.maxWant == n {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := g.WaitHeld(ctx, n); err != nil {
-					t.Fatalf("only %d of %d sub-block writes in flight together: %v", g.Held(), n, err)
-				}
-				g.Open()
-			} else {
-				for range n {
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					if err := g.WaitHeld(ctx, 1); err != nil {
-						t.Fatal(err)
-					}
-					cancel()
-					g.Release(1)
-				}
-			}
+			passGate(t, g, n, tc.maxWant == n, "sub-block writes", nil)
 			wg.Wait()
 			g.Open()
 			if got := e.fault.Stats().Write.MaxInFlight; got != tc.maxWant {

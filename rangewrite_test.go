@@ -54,19 +54,7 @@ func TestRangeWritesRunTogether(t *testing.T) {
 					}
 				}()
 			}
-			if tc.maxWant == n {
-				if err := g.WaitHeld(heldCtx(t), n); err != nil {
-					t.Fatalf("only %d of %d writes reached the device together: %v", g.Held(), n, err)
-				}
-				g.Open()
-			} else {
-				for range n {
-					if err := g.WaitHeld(heldCtx(t), 1); err != nil {
-						t.Fatal(err)
-					}
-					g.Release(1)
-				}
-			}
+			passGate(t, g, n, tc.maxWant == n, "writes", nil)
 			wg.Wait()
 			if got := e.fault.Stats().Write.MaxInFlight; got != tc.maxWant {
 				t.Fatalf("max writes in flight %d, want %d", got, tc.maxWant)
