@@ -96,6 +96,8 @@
 // and counted (-crashtest.appendstrict fails them). The cases run under
 // Concurrent() and Seeds() (ParallelAppends on and off), and without -short
 // under Classic() with ParallelAppends; the soak build runs more seeds.
+// The engine bugs it found are targeted tests of their own (knownBugs);
+// while they are open, it steers around them.
 //
 // # Running
 //
@@ -103,7 +105,7 @@
 //	go test -tags soak ./internal/harness/crashtest/           # the soak campaign
 //	go test ./internal/harness/crashtest/ -crashtest.points=N  # N crash points
 //	go test ./internal/harness/crashtest/ -run TestCrashCampaign -crashtest.seed=S [-crashtest.point=P]
-//	go test ./internal/harness/crashtest/ -run TestTargetedConcurrentAppends [-crashtest.appendseeds=N | -crashtest.appendseed=S]
+//	go test ./internal/harness/crashtest/ -run TestTargetedConcurrentAppends [-crashtest.appendseeds=N | -crashtest.appendseed=S] [-crashtest.appendpolicy=P]
 //
 // A failure prints its seed and the command that replays it, the crash
 // (metadata kept, device fates), the problems and the op log. Script runs

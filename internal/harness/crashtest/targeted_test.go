@@ -36,6 +36,8 @@ func do(t *testing.T, s *Script, ops ...Op) {
 // test says so when it no longer reproduces).
 var knownBugs = map[string]string{
 	"TestTargetedDirectWriteVsWritebackOfOneBlock": bugDirectWriteVsWriteback,
+	"TestTargetedDirectReadVsBufferedAppend":       bugDirectReadVsBufferedAppend,
+	"TestTargetedAppendsWithBufferedReader":        bugAppendsBufferedReader,
 }
 
 // bugDirectWriteVsWriteback is the lost write TestTargetedDirectWriteVsWritebackOfOneBlock
@@ -290,3 +292,13 @@ func TestTargetedTruncateExtendZeroes(t *testing.T) {
 		})
 	}
 }
+
+// bugDirectReadVsBufferedAppend is the zeros TestTargetedDirectReadVsBufferedAppend
+// shows (not filed yet). While it is open, TestTargetedConcurrentAppends
+// reads the file live through O_DIRECT only where it cannot meet it.
+const bugDirectReadVsBufferedAppend = "zeros inside the size: an O_DIRECT read (SharedDirectReads) writes back its range before it reads the size, and a parallel buffered append (ParallelAppends) publishes in between"
+
+// bugAppendsBufferedReader is the lost write TestTargetedAppendsWithBufferedReader
+// shows (not filed yet). While it is open, TestTargetedConcurrentAppends
+// reads the file live buffered only where it cannot meet it.
+const bugAppendsBufferedReader = "lost write: buffered 512 B appends (RWFDsync) beside O_DIRECT appends and buffered reads, with SkipFullPageRMW (the engine before parallel appends too)"
