@@ -45,11 +45,17 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 	// holes return zeros, whatever their alignment.
 	misaligned := fs.checkDirect(k.buf, k.off)
 	fs.counters.DirectReads.Add(1)
+	// The size the read is clipped to. Under the shared lock it is sampled
+	// before the range's dirty pages are written back: a parallel buffered
+	// append may publish its size meanwhile with its bytes in the cache
+	// only, and the read must not reach past what it wrote back.
+	size := int64(-1)
 	if fs.policy.SharedDirectReads {
 		if err := in.lockIO(iolock.Shared, k.nowait); err != nil {
 			return 0, err
 		}
 		fs.counters.LockSharedDirectRead.Add(1)
+		size = in.size()
 		if err := in.writebackRange(k.off, k.off+int64(len(k.buf)), k.nowait); err != nil {
 			in.io.Unlock(iolock.Shared)
 			return 0, err
@@ -76,7 +82,9 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 	}
 	// From here the lock is held shared.
 	in.mu.Lock()
-	size := int64(in.attr.Size)
+	if size < 0 {
+		size = int64(in.attr.Size)
+	}
 	if k.off >= size {
 		in.mu.Unlock()
 		in.io.Unlock(iolock.Shared)
