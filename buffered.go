@@ -655,6 +655,12 @@ func (in *inode) writePageLocked(p *pagecache.Page, from, to int, data []byte, s
 //
 // Preconditions: p is locked.
 func (in *inode) readPageLocked(p *pagecache.Page) error {
+	// Bytes of p written back while not uptodate stop counting as valid
+	// once another write dirties the page (MarkDirty), but they are the
+	// file's bytes only once their writeback has reached the device:
+	// reading it before would fill them with what was there before, and
+	// the page, then uptodate, would be written back whole over them.
+	p.WaitWriteback()
 	ps := len(p.Data)
 	pos := int64(p.Index) * int64(ps)
 	vf, vt := p.Valid()
