@@ -551,8 +551,9 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 			}
 		}
 	}
-	t.Logf("%d appends (%d RWFDsync), %d fsyncs; %d crash points, %d with appends in flight; non-durable records inside the size after a crash: %d zeroed, %d torn",
-		total, dsyncs, fsyncs, len(crashes), inFlight, zeroed, torn)
+	cs := fs.Counters()
+	t.Logf("%d appends (%d RWFDsync), %d fsyncs; %d crash points, %d with appends in flight; non-durable records inside the size after a crash: %d zeroed, %d torn; counters: LockSharedAppend=%d AppendPublishWaits=%d AppendConvDeferred=%d AppendEOFPagesUncached=%d",
+		total, dsyncs, fsyncs, len(crashes), inFlight, zeroed, torn, cs["LockSharedAppend"], cs["AppendPublishWaits"], cs["AppendConvDeferred"], cs["AppendEOFPagesUncached"])
 }
 
 // appendGate holds the appenders once done reaches its limit, until the
