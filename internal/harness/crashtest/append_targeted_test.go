@@ -121,7 +121,7 @@ func TestTargetedConcurrentAppends(t *testing.T) {
 		t.Logf("the mixed cases keep 4 KiB blocks while a known engine bug is open: %s", bugDirectWriteVsWriteback)
 	}
 	if bugDirectReadVsBufferedAppend != "" {
-		t.Logf("no O_DIRECT live read beside buffered appends under SharedDirectReads and ParallelAppends while a known engine bug is open: %s", bugDirectReadVsBufferedAppend)
+		t.Logf("no O_DIRECT live read beside buffered appends under ParallelAppends while a known engine bug is open: %s", bugDirectReadVsBufferedAppend)
 	}
 	if bugAppendsBufferedReader != "" {
 		t.Logf("no buffered live read beside mixed appends under SkipFullPageRMW while a known engine bug is open: %s", bugAppendsBufferedReader)
@@ -402,7 +402,7 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 	// The kinds of live read before a crash, but those that meet a known
 	// bug.
 	var liveReaders []string
-	if bugDirectReadVsBufferedAppend == "" || !pol.SharedDirectReads || !pol.ParallelAppends || ac.kinds == "direct" {
+	if bugDirectReadVsBufferedAppend == "" || !pol.ParallelAppends || ac.kinds == "direct" {
 		liveReaders = append(liveReaders, "O_DIRECT")
 	}
 	if bugAppendsBufferedReader == "" || !pol.SkipFullPageRMW || ac.kinds != "mixed" {
@@ -551,8 +551,9 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 			}
 		}
 	}
-	t.Logf("%d appends (%d RWFDsync), %d fsyncs; %d crash points, %d with appends in flight; non-durable records inside the size after a crash: %d zeroed, %d torn",
-		total, dsyncs, fsyncs, len(crashes), inFlight, zeroed, torn)
+	cs := fs.Counters()
+	t.Logf("%d appends (%d RWFDsync), %d fsyncs; %d crash points, %d with appends in flight; non-durable records inside the size after a crash: %d zeroed, %d torn; counters: LockSharedAppend=%d AppendPublishWaits=%d AppendConvDeferred=%d AppendEOFPagesUncached=%d",
+		total, dsyncs, fsyncs, len(crashes), inFlight, zeroed, torn, cs["LockSharedAppend"], cs["AppendPublishWaits"], cs["AppendConvDeferred"], cs["AppendEOFPagesUncached"])
 }
 
 // appendGate holds the appenders once done reaches its limit, until the

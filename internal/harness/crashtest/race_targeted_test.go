@@ -351,7 +351,10 @@ func TestTargetedDirectWriteVsWritebackOfOneBlock(t *testing.T) {
 // its size in between is inside the size the read then sees, but only in
 // the cache: the read takes its range from the device, a hole, and returns
 // zeros inside the size. A gate holds the read's writeback while a buffered
-// append runs.
+// append runs. (Without SharedDirectReads the read takes the lock
+// exclusive, invalidates the file and demotes the lock before it reads the
+// size: a buffered append can publish in that window too, rarely; the
+// concurrent-append test met it under load.)
 func TestTargetedDirectReadVsBufferedAppend(t *testing.T) {
 	c := newChecker(t)
 	const rec = 4096

@@ -296,7 +296,7 @@ func TestTargetedTruncateExtendZeroes(t *testing.T) {
 // bugDirectReadVsBufferedAppend is the zeros TestTargetedDirectReadVsBufferedAppend
 // shows (not filed yet). While it is open, TestTargetedConcurrentAppends
 // reads the file live through O_DIRECT only where it cannot meet it.
-const bugDirectReadVsBufferedAppend = "zeros inside the size: an O_DIRECT read (SharedDirectReads) writes back its range before it reads the size, and a parallel buffered append (ParallelAppends) publishes in between"
+const bugDirectReadVsBufferedAppend = "zeros inside the size: an O_DIRECT read writes back its range (SharedDirectReads; without it, invalidates the file and demotes its lock) before it reads the size, and a parallel buffered append (ParallelAppends) publishes in between"
 
 // bugAppendsBufferedReader is the lost write TestTargetedAppendsWithBufferedReader
 // shows (not filed yet). While it is open, TestTargetedConcurrentAppends
