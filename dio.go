@@ -45,10 +45,11 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 	// holes return zeros, whatever their alignment.
 	misaligned := fs.checkDirect(k.buf, k.off)
 	fs.counters.DirectReads.Add(1)
-	// The size the read is clipped to. Under the shared lock it is sampled
-	// before the range's dirty pages are written back: a parallel buffered
-	// append may publish its size meanwhile with its bytes in the cache
-	// only, and the read must not reach past what it wrote back.
+	// The size the read is clipped to, sampled before the range's dirty
+	// pages are written back (or, classic, before the lock is demoted): a
+	// parallel buffered append may publish its size meanwhile with its
+	// bytes in the cache only, and the read must not reach past what it
+	// wrote back.
 	size := int64(-1)
 	if fs.policy.SharedDirectReads {
 		if err := in.lockIO(iolock.Shared, k.nowait); err != nil {
@@ -78,6 +79,8 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 			in.io.Unlock(iolock.Exclusive)
 			return 0, err
 		}
+		// Before the demote: appends may run, and publish, after it.
+		size = in.size()
 		in.io.Demote()
 	}
 	// From here the lock is held shared.
