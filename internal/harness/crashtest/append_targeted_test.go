@@ -117,15 +117,6 @@ func TestTargetedConcurrentAppends(t *testing.T) {
 		}
 		pols = []sluice.Policy{p}
 	}
-	if bugDirectWriteVsWriteback != "" {
-		t.Logf("the mixed cases keep 4 KiB blocks while a known engine bug is open: %s", bugDirectWriteVsWriteback)
-	}
-	if bugDirectReadVsBufferedAppend != "" {
-		t.Logf("no O_DIRECT live read beside buffered appends under ParallelAppends while a known engine bug is open: %s", bugDirectReadVsBufferedAppend)
-	}
-	if bugAppendsBufferedReader != "" {
-		t.Logf("no buffered live read beside mixed appends under SkipFullPageRMW while a known engine bug is open: %s", bugAppendsBufferedReader)
-	}
 	for ci, ac := range appendCases {
 		for pi, pol := range pols {
 			for _, seed := range seeds {
@@ -155,10 +146,8 @@ type appendEnv struct {
 func deriveAppendEnv(ac appendCase, seed uint64) appendEnv {
 	rng := newRand(seed, 0xa99)
 	e := appendEnv{seed: seed, appenders: 4 + rng.IntN(5), blockSize: 4096, ioUnit: 512, points: 3, fsyncEvery: 4 + rng.IntN(12), dsyncEvery: 6 + rng.IntN(20)}
-	if rng.IntN(4) == 0 && (ac.kinds != "mixed" || bugDirectWriteVsWriteback == "") {
-		// Pages smaller than blocks (but not for direct and buffered
-		// appenders together while bugDirectWriteVsWriteback is open).
-		e.blockSize = 16384
+	if rng.IntN(4) == 0 {
+		e.blockSize = 16384 // pages smaller than blocks
 	}
 	if ac.recBytes >= 4096 && rng.IntN(4) == 0 {
 		e.ioUnit = 4096 // direct appends need EOF aligned to the unit: 4 KiB records keep it so
@@ -399,15 +388,9 @@ func runAppendCase(t *testing.T, c *checker, ac appendCase, cfg EnvConfig, testS
 		t.Fatal(err)
 	}
 	defer bufReader.Close()
-	// The kinds of live read before a crash, but those that meet a known
-	// bug.
-	var liveReaders []string
-	if bugDirectReadVsBufferedAppend == "" || !pol.ParallelAppends || ac.kinds == "direct" {
-		liveReaders = append(liveReaders, "O_DIRECT")
-	}
-	if bugAppendsBufferedReader == "" || !pol.SkipFullPageRMW || ac.kinds != "mixed" {
-		liveReaders = append(liveReaders, "buffered")
-	}
+	// The kinds of live read before a crash. (A known engine bug may
+	// leave one out while it is open.)
+	liveReaders := []string{"O_DIRECT", "buffered"}
 	readBuf := device.AlignedBuf(int(total*ac.recBytes) + 4096)
 	liveRead := func(f *sluice.File) ([]byte, error) {
 		n, err := f.Pread(readBuf, 0, 0)

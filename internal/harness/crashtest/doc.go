@@ -96,8 +96,10 @@
 // and counted (-crashtest.appendstrict fails them). The cases run under
 // Concurrent() and Seeds() (ParallelAppends on and off), and without -short
 // under Classic() with ParallelAppends; the soak build runs more seeds.
-// The engine bugs it found are targeted tests of their own (knownBugs);
-// while they are open, it steers around them.
+// The engine bugs it found are targeted tests of their own:
+// TestTargetedDirectWriteVsWritebackOfOneBlock,
+// TestTargetedDirectReadVsBufferedAppend and
+// TestTargetedAppendsWithBufferedReader.
 //
 // # Running
 //

@@ -240,10 +240,11 @@ func TestTargetedRewriteDuringWriteback(t *testing.T) {
 // cache: the page, and zeros where the direct write's data goes. Both
 // writes of the block are in flight at once, and the one that lands last
 // wins: the direct write's data or the buffered page (then clean in the
-// cache, never written again) is lost, without a crash. Gates hold both
-// block writes and let them land in either order.
-// TestTargetedConcurrentAppends (mixed direct and buffered appenders,
-// 16 KiB blocks) found it.
+// cache, never written again) was lost, without a crash, until the direct
+// write wrote back and dropped the cached pages of the whole blocks it
+// touches first. Gates hold both block writes and let them land in either
+// order. TestTargetedConcurrentAppends (mixed direct and buffered
+// appenders, 16 KiB blocks) found it.
 func TestTargetedDirectWriteVsWritebackOfOneBlock(t *testing.T) {
 	const bs, ps = 16384, 4096
 	for _, writebackLast := range []bool{true, false} {
@@ -349,12 +350,13 @@ func TestTargetedDirectWriteVsWritebackOfOneBlock(t *testing.T) {
 // buffered appends: it writes back the cached pages of its range, then
 // reads the size. A buffered append that copies its pages and publishes
 // its size in between is inside the size the read then sees, but only in
-// the cache: the read takes its range from the device, a hole, and returns
-// zeros inside the size. A gate holds the read's writeback while a buffered
+// the cache: the read took its range from the device, a hole, and returned
+// zeros inside the size, until the read was clipped to the size sampled
+// before its writeback. A gate holds the read's writeback while a buffered
 // append runs. (Without SharedDirectReads the read takes the lock
-// exclusive, invalidates the file and demotes the lock before it reads the
-// size: a buffered append can publish in that window too, rarely; the
-// concurrent-append test met it under load.)
+// exclusive, invalidates the file and demotes the lock: it read the size
+// after the demote, and a buffered append could publish in between, rarely;
+// TestTargetedConcurrentAppends met that under load.)
 func TestTargetedDirectReadVsBufferedAppend(t *testing.T) {
 	c := newChecker(t)
 	const rec = 4096
@@ -417,10 +419,11 @@ func TestTargetedDirectReadVsBufferedAppend(t *testing.T) {
 // With SkipFullPageRMW, buffered appends of 512 B records from two
 // goroutines (RWFDsync: writeback at every append), O_DIRECT appends from a
 // third and buffered reads of the whole file from a fourth, on a device
-// whose writes take up to 200µs, lose buffered records: the file at the end
-// reads zeros where they were (no crash; the engine before parallel
-// appends too, and with ParallelAppends off). Not a script: the race is
-// between the reads' page fills and writeback; a run loses records about
+// whose writes take up to 200µs, lost buffered records: the file at the
+// end read zeros where they were (no crash; the engine before parallel
+// appends too, and with ParallelAppends off), until a page read from the
+// device waited for the page's writeback. Not a script: the race is
+// between the reads' page fills and writeback; a run lost records about
 // half the time, so the test makes up to ten.
 func TestTargetedAppendsWithBufferedReader(t *testing.T) {
 	c := newChecker(t)

@@ -34,17 +34,7 @@ func do(t *testing.T, s *Script, ops ...Op) {
 // the issue tracker that makes it fail: such a test logs what
 // it finds instead of failing. Remove the entry once the bug is fixed (the
 // test says so when it no longer reproduces).
-var knownBugs = map[string]string{
-	"TestTargetedDirectWriteVsWritebackOfOneBlock": bugDirectWriteVsWriteback,
-	"TestTargetedDirectReadVsBufferedAppend":       bugDirectReadVsBufferedAppend,
-	"TestTargetedAppendsWithBufferedReader":        bugAppendsBufferedReader,
-}
-
-// bugDirectWriteVsWriteback is the lost write TestTargetedDirectWriteVsWritebackOfOneBlock
-// shows (not filed yet: replace this note with its tracker entry). While it
-// is open, TestTargetedConcurrentAppends steers around it: its mixed cases
-// keep blocks of the page size. Set it to "" when the bug is fixed.
-const bugDirectWriteVsWriteback = "lost write: a sub-block O_DIRECT write into a new block and the writeback of another page of that block write the whole block at once (pages smaller than blocks)"
+var knownBugs = map[string]string{}
 
 // checker reports the failures of a targeted test, as errors or, for a
 // known bug, as log lines.
@@ -292,13 +282,3 @@ func TestTargetedTruncateExtendZeroes(t *testing.T) {
 		})
 	}
 }
-
-// bugDirectReadVsBufferedAppend is the zeros TestTargetedDirectReadVsBufferedAppend
-// shows (not filed yet). While it is open, TestTargetedConcurrentAppends
-// reads the file live through O_DIRECT only where it cannot meet it.
-const bugDirectReadVsBufferedAppend = "zeros inside the size: an O_DIRECT read writes back its range (SharedDirectReads; without it, invalidates the file and demotes its lock) before it reads the size, and a parallel buffered append (ParallelAppends) publishes in between"
-
-// bugAppendsBufferedReader is the lost write TestTargetedAppendsWithBufferedReader
-// shows (not filed yet). While it is open, TestTargetedConcurrentAppends
-// reads the file live buffered only where it cannot meet it.
-const bugAppendsBufferedReader = "lost write: buffered 512 B appends (RWFDsync) beside O_DIRECT appends and buffered reads, with SkipFullPageRMW (the engine before parallel appends too)"
