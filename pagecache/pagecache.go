@@ -37,7 +37,9 @@
 //
 // The cache holds at most CapacityBytes of page data (page buffers come
 // from a free list, carved out of aligned slabs, and never exceed the
-// capacity). A new page evicts the least recently used clean, unlocked,
+// capacity). Until it reaches its capacity the cache grows ahead of its
+// creators: a goroutine makes the next slab, its memory prefaulted, off
+// the cache's lock, while the free list still holds half a slab. A new page evicts the least recently used clean, unlocked,
 // unreferenced page when the cache is full; when every page is dirty,
 // locked or referenced, the creator waits (after kicking the engine's
 // flusher) until one becomes evictable. Writers call ThrottleDirty, which
