@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"errors"
+	"sync"
 	"syscall"
 )
 
@@ -40,15 +41,14 @@ func (f *File) ReadAsync(p []byte, off int64, flags RWFlags, retry func(), done 
 		}
 		return 0, pathErr("read", f.name, err)
 	}
-	k := f.newKiocb(p, off, flags|RWFNoWait)
-	if retry != nil && !k.direct && f.fs.policy.AsyncBufferedReads {
-		k.asyncRetry = retry
+	a := f.newAsyncKiocb(p, off, flags, "read", done)
+	if retry != nil && !a.k.direct && f.fs.policy.AsyncBufferedReads {
+		a.k.asyncRetry = retry
 	}
-	k.done = func(n int, err error) {
-		f.end()
-		done(n, pathErr("read", f.name, err))
+	n, err := f.in.read(&a.k)
+	if err != errQueued {
+		a.free()
 	}
-	n, err := f.in.read(k)
 	return f.asyncResult("read", n, err)
 }
 
@@ -64,13 +64,55 @@ func (f *File) WriteAsync(p []byte, off int64, flags RWFlags, done func(n int, e
 		}
 		return 0, pathErr("write", f.name, err)
 	}
-	k := f.newKiocb(p, off, flags|RWFNoWait)
-	k.done = func(n int, err error) {
-		f.end()
-		done(n, pathErr("write", f.name, err))
+	a := f.newAsyncKiocb(p, off, flags, "write", done)
+	n, err := f.in.write(&a.k)
+	if err != errQueued {
+		a.free()
 	}
-	n, err := f.in.write(k)
 	return f.asyncResult("write", n, err)
+}
+
+// asyncKiocb is the kiocb of a ReadAsync or WriteAsync call, with what its
+// completion needs. It is pooled, with its completion bound once, so that
+// an asynchronous read or write allocates neither a kiocb nor a closure.
+// It lives until the engine's call returns, or, if the engine queued the
+// request (errQueued), until the request's done has run: no path keeps a
+// kiocb past either (a completion calls done last, and a retry a buffered
+// read arms on a page is the caller's function, not the kiocb's).
+type asyncKiocb struct {
+	k    kiocb
+	f    *File
+	op   string                 // "read" or "write", for the error
+	done func(n int, err error) // the caller's
+	fn   func(n int, err error) // complete, bound once
+}
+
+var asyncKiocbPool = sync.Pool{New: func() any { return new(asyncKiocb) }}
+
+func (f *File) newAsyncKiocb(p []byte, off int64, flags RWFlags, op string, done func(n int, err error)) *asyncKiocb {
+	a := asyncKiocbPool.Get().(*asyncKiocb)
+	if a.fn == nil {
+		a.fn = a.complete
+	}
+	a.k = *f.newKiocb(p, off, flags|RWFNoWait) // inlined: the literal stays on the stack
+	a.k.done = a.fn
+	a.f, a.op, a.done = f, op, done
+	return a
+}
+
+// free returns a to the pool, dropping what it referenced.
+func (a *asyncKiocb) free() {
+	*a = asyncKiocb{fn: a.fn}
+	asyncKiocbPool.Put(a)
+}
+
+// complete is a queued request's done: it frees a, ends the call's hold on
+// the file and calls the caller's done.
+func (a *asyncKiocb) complete(n int, err error) {
+	f, op, done := a.f, a.op, a.done
+	a.free()
+	f.end()
+	done(n, pathErr(op, f.name, err))
 }
 
 // asyncResult ends the call's hold on the file unless the operation was

@@ -1,6 +1,9 @@
 package sluice
 
 import (
+	"slices"
+	"sync"
+
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/internal/lockrank"
@@ -43,22 +46,22 @@ func (in *inode) bufferedRead(k *kiocb) (int, error) {
 		}
 		end := min(k.off+int64(len(k.buf)), size)
 		idx := uint64(pos / ps)
-		p := in.pages.Get(idx)
-		created := false
-		if p == nil {
-			lastIdx := uint64((end - 1) / ps)
-			var err error
-			p, err = in.readahead(idx, lastIdx, size, k.nowait, k.dontcache)
-			created = p != nil
-			if err != nil {
-				if copied > 0 {
-					return int(copied), nil
-				}
-				return 0, err
+		// One lookup of the page table: a miss creates the page (locked),
+		// and readahead reads it in.
+		p, created, err := in.pages.GetOrCreate(idx, k.nowait)
+		switch {
+		case err == pagecache.ErrNoRoom && k.nowait:
+			err = fs.nowaitEAGAIN(nwCacheFull)
+		case err == pagecache.ErrNoRoom:
+			err = eio(err)
+		case err == nil && created:
+			err = in.readahead(p, uint64((end-1)/ps), size, k.nowait, k.dontcache)
+		}
+		if err != nil {
+			if copied > 0 {
+				return int(copied), nil
 			}
-			if p == nil {
-				continue
-			}
+			return 0, err
 		}
 		if !p.Uptodate() {
 			n, err, again := in.waitPageUptodate(k, p, copied)
@@ -157,20 +160,25 @@ const (
 	raMaxPages  = 64
 )
 
-// readahead creates and starts reading the pages [idx, last] that are not
-// cached, plus, for a sequential reader, a window after them (adaptive,
-// doubling up to raMaxPages). An uncached read (dontcache) reads no window
-// and leaves the readahead state alone, and its pages are marked to be
-// dropped once the read copied from them. Reads are asynchronous: the
-// pages stay locked until their data arrives. It returns page idx, referenced, if it
-// created it, so that the caller waits on that page (and sees its read
-// error) rather than looking it up again. With nowait, a full cache gives
-// EAGAIN. A read error recorded for page idx by an earlier failed read is
-// returned (once) instead of reading again.
-func (in *inode) readahead(idx, last uint64, size int64, nowait, dontcache bool) (*pagecache.Page, error) {
+// readahead starts reading page first in, which the caller just created
+// (locked and referenced: the caller keeps its reference, and waits on
+// the page), and creates and starts reading the pages after it up to last
+// that are not cached, plus, for a sequential reader, a window after them
+// (adaptive, doubling up to raMaxPages). An uncached read (dontcache)
+// reads no window and leaves the readahead state alone, and its pages are
+// marked to be dropped once the read copied from them. Reads are
+// asynchronous: the pages stay locked until their data arrives. A read
+// error recorded for page first by an earlier failed read is returned
+// (once) instead of reading again: first is then removed, unlocked and
+// released.
+func (in *inode) readahead(first *pagecache.Page, last uint64, size int64, nowait, dontcache bool) error {
 	fs := in.fs
+	idx := first.Index
 	if err := in.takeReadErr(idx); err != nil {
-		return nil, err
+		in.pages.Remove(first)
+		first.Unlock()
+		in.pages.Release(first)
+		return err
 	}
 	ps := int64(fs.cache.PageSize())
 	eofIdx := uint64((size - 1) / ps)
@@ -187,20 +195,15 @@ func (in *inode) readahead(idx, last uint64, size int64, nowait, dontcache bool)
 		in.ra.mu.Unlock()
 	}
 
-	var pages []*pagecache.Page
-	var first *pagecache.Page
-	for i := idx; i <= end; i++ {
+	if dontcache {
+		first.SetDropBehind()
+	}
+	in.pages.Ref(first) // the read's reference (first is locked, so still cached)
+	var inline [8]*pagecache.Page
+	pages := append(inline[:0], first)
+	for i := idx + 1; i <= end; i++ {
 		p, created, err := in.pages.GetOrCreate(i, nowait || i > last)
 		if err != nil {
-			if i == idx {
-				if err == pagecache.ErrNoRoom {
-					if nowait {
-						return nil, fs.nowaitEAGAIN(nwCacheFull)
-					}
-					return nil, eio(err)
-				}
-				return nil, err
-			}
 			break
 		}
 		if !created {
@@ -216,16 +219,10 @@ func (in *inode) readahead(idx, last uint64, size int64, nowait, dontcache bool)
 		if dontcache {
 			p.SetDropBehind()
 		}
-		if i == idx {
-			first = p
-			in.pages.Get(idx) // the caller's reference (p is locked, so it is still there)
-		}
 		pages = append(pages, p)
 	}
-	if len(pages) > 0 {
-		in.startPageReads(pages)
-	}
-	return first, nil
+	in.startPageReads(pages)
+	return nil
 }
 
 // takeReadErr returns and forgets the recorded read error of page idx.
@@ -241,12 +238,13 @@ func (in *inode) takeReadErr(idx uint64) error {
 
 // startPageReads reads locked, referenced pages in from the device
 // asynchronously, then marks them uptodate (or carrying the error, removed
-// so that the next reader retries), unlocks and releases them. The mapping
-// and the size (past which a page reads as zeros) are looked up with the
-// pages already locked, so an extent conversion or a size published racing
-// the read (a direct write's completion, an append's publication) is
-// followed by an invalidation that waits for them: a page never keeps
-// zeros that a size published before its read began covers.
+// so that the next reader retries), unlocks and releases them
+// (finishPageRead). The mapping and the size (past which a page reads as
+// zeros) are looked up with the pages already locked, so an extent
+// conversion or a size published racing the read (a direct write's
+// completion, an append's publication) is followed by an invalidation that
+// waits for them: a page never keeps zeros that a size published before
+// its read began covers. pages is not kept.
 func (in *inode) startPageReads(pages []*pagecache.Page) {
 	fs := in.fs
 	for _, p := range pages {
@@ -258,29 +256,9 @@ func (in *inode) startPageReads(pages []*pagecache.Page) {
 	size := int64(in.attr.Size)
 	appending := in.appends.pending.Load() > 0
 	in.mu.Unlock()
-	finish := func(p *pagecache.Page, err error) {
-		if err != nil {
-			in.mu.Lock()
-			if in.readErrs == nil {
-				in.readErrs = map[uint64]error{}
-			}
-			in.readErrs[p.Index] = err
-			in.mu.Unlock()
-			p.ClearUptodate(err)
-			in.pages.Remove(p)
-		} else {
-			if pglen := in.pageLen(p.Index, size); pglen < int(ps) {
-				clear(p.Data[pglen:])
-				in.uncacheEOFPage(p, appending)
-			}
-			p.SetUptodate()
-		}
-		p.Unlock()
-		in.pages.Release(p)
-	}
 	if err != nil {
 		for _, p := range pages {
-			finish(p, err)
+			in.finishPageRead(p, err, size, appending)
 		}
 		return
 	}
@@ -297,21 +275,80 @@ func (in *inode) startPageReads(pages []*pagecache.Page) {
 			// Zeros, or a page that needs the general path.
 			if len(segs) == 1 && (s.Hole || s.State != meta.Written) {
 				clear(p.Data)
-				finish(p, nil)
+				in.finishPageRead(p, nil, size, appending)
 				continue
 			}
 			general = append(general, p)
 			continue
 		}
 		fs.counters.CacheReads.Add(1)
-		r := &device.Request{Op: device.OpRead, Buf: p.Data, Off: fs.devOffset(s, pos)}
-		page := p
-		r.Done = func(_ *device.Request, err error) { finish(page, eio(err)) }
-		if err := fs.dev.Submit(r); err != nil {
-			finish(p, eio(err))
+		pr := pageReadPool.Get().(*pageRead)
+		if pr.fn == nil {
+			pr.fn = pr.done
+		}
+		pr.in, pr.p, pr.size, pr.appending = in, p, size, appending
+		pr.r = device.Request{Op: device.OpRead, Buf: p.Data, Off: fs.devOffset(s, pos), Done: pr.fn}
+		if err := fs.dev.Submit(&pr.r); err != nil {
+			pr.free()
+			in.finishPageRead(p, eio(err), size, appending)
 		}
 	}
-	in.readGeneral(general, finish)
+	if len(general) > 0 {
+		in.readGeneral(general, func(p *pagecache.Page, err error) { in.finishPageRead(p, err, size, appending) })
+	}
+}
+
+// pageRead is the device read of one page that startPageReads submits.
+// It is pooled, with its completion bound once, so that a page read
+// allocates nothing; the device is done with it once it calls done.
+type pageRead struct {
+	r         device.Request
+	in        *inode
+	p         *pagecache.Page
+	size      int64                        // as finishPageRead's
+	appending bool                         // as finishPageRead's
+	fn        func(*device.Request, error) // done, bound once
+}
+
+var pageReadPool = sync.Pool{New: func() any { return new(pageRead) }}
+
+func (pr *pageRead) done(_ *device.Request, err error) {
+	in, p, size, appending := pr.in, pr.p, pr.size, pr.appending
+	pr.free()
+	in.finishPageRead(p, eio(err), size, appending)
+}
+
+// free returns pr to the pool, dropping what it referenced.
+func (pr *pageRead) free() {
+	*pr = pageRead{fn: pr.fn}
+	pageReadPool.Put(pr)
+}
+
+// finishPageRead ends the read of page p, which startPageReads locked
+// and referenced for it: with an error, p is removed (the next reader
+// retries) and carries it; otherwise its bytes past size, the size when
+// the read looked the mapping up (with appending, whether appends were in
+// flight then), are zeroed and it is marked uptodate. Then p is unlocked
+// and released.
+func (in *inode) finishPageRead(p *pagecache.Page, err error, size int64, appending bool) {
+	if err != nil {
+		in.mu.Lock()
+		if in.readErrs == nil {
+			in.readErrs = map[uint64]error{}
+		}
+		in.readErrs[p.Index] = err
+		in.mu.Unlock()
+		p.ClearUptodate(err)
+		in.pages.Remove(p)
+	} else {
+		if pglen := in.pageLen(p.Index, size); pglen < len(p.Data) {
+			clear(p.Data[pglen:])
+			in.uncacheEOFPage(p, appending)
+		}
+		p.SetUptodate()
+	}
+	p.Unlock()
+	in.pages.Release(p)
 }
 
 // uncacheEOFPage takes page p, locked and just read, which holds EOF (its
@@ -349,7 +386,7 @@ func (in *inode) readGeneral(pages []*pagecache.Page, finish func(*pagecache.Pag
 		for n < len(pages) && pages[n].Index == pages[n-1].Index+1 && unitOf(pages[n]) == unitOf(pages[0]) {
 			n++
 		}
-		run := pages[:n]
+		run := slices.Clone(pages[:n]) // the caller's pages is not kept
 		pages = pages[n:]
 		go func() {
 			buf := run[0].Data

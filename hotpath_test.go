@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"bytes"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -57,5 +58,74 @@ func TestDirectIONoAllocs(t *testing.T) {
 		}); n > 0 {
 			t.Errorf("%s: %.2f allocations per call", c.name, n)
 		}
+	}
+}
+
+// TestBufferedReadAsyncAllocs checks what a cold buffered read through
+// File.ReadAsync allocates (W4's path, on the real data device): the
+// inline attempt that creates the page, starts its device read and arms
+// the retry, then the retried attempt that copies from it, allocate only
+// the new page (one object); a read of a cached page allocates nothing.
+func TestBufferedReadAsyncAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	dir := filepath.Join(t.TempDir(), "vol")
+	if err := volume.Mkfs(dir, volume.MkfsOptions{Size: 64 << 20}); err != nil {
+		if errors.Is(err, directdev.ErrNoDirectIO) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	fs, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	const pages = 1024
+	want := pattern(pages*4096, 3)
+	w, err := fs.OpenFile("/f", O_RDWR|O_CREAT|O_DIRECT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(want, 0); err != nil { // direct: nothing cached
+		t.Fatal(err)
+	}
+	w.Close()
+	f, err := fs.OpenFile("/f", O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	retried := make(chan struct{}, 1)
+	retry := func() { retried <- struct{}{} }
+	done := func(int, error) { t.Error("a buffered read was queued") }
+	// Every other page, so that readahead sees no sequential reader and
+	// reads only the page asked for.
+	next := int64(0)
+	read := func() int64 {
+		off := next * 4096
+		next = (next + 2) % pages
+		n, err := f.ReadAsync(buf, off, 0, retry, done)
+		if err == ErrRetryArmed {
+			<-retried
+			n, err = f.ReadAsync(buf, off, 0, retry, done)
+		}
+		if err != nil || n != len(buf) || !bytes.Equal(buf, want[off:off+4096]) {
+			t.Fatalf("read at %d: %d, %v", off, n, err)
+		}
+		return off
+	}
+	read() // warm the pools
+	if n := testing.AllocsPerRun(200, func() { read() }); n > 1 {
+		t.Errorf("cold read: %.2f allocations per read, want at most 1 (the page)", n)
+	}
+	if fs.Counters()["AsyncReadCallbacksArmed"] == 0 {
+		t.Error("no read armed a retry: the test measured no cold read")
+	}
+	next = 0
+	if n := testing.AllocsPerRun(200, func() { read() }); n > 0 {
+		t.Errorf("cached read: %.2f allocations per read", n)
 	}
 }

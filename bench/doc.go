@@ -100,8 +100,9 @@
 // blocked_workers_max and busy_workers_max
 // (per ring), hashed_waits_per_io, max_device_in_flight; W4:
 // goroutines_max, goroutines_base, blocked_workers_max, workers_max,
-// cache_hit_pct, retries_armed, punts_per_io; W5: device_reads
-// (cache_reads + rmw_unit_reads), device_reads_per_mib, reads_avoided,
+// cache_hit_pct, retries_armed, punts_per_io, allocs_per_io (the
+// process's heap allocations per read, runtime.MemStats.Mallocs); W5:
+// device_reads (cache_reads + rmw_unit_reads), device_reads_per_mib, reads_avoided,
 // device_writes, device_flushes, bytes_written, seconds; peers' cold
 // cells on a device of the run's own (kernel peers): device_reads,
 // device_read_mib, device_reads_per_mib.

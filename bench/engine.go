@@ -372,6 +372,7 @@ func runRingReads(e *engineFS, path string, o ringReadOptions, baseGoroutines in
 		"cache_hit_pct":       100 * perIO(r.CacheHits, r.Ops),
 		"retries_armed":       float64(r.Ring.RetriesArmed),
 		"punts_per_io":        perIO(r.Ring.Punts, r.Ops),
+		"allocs_per_io":       r.AllocsPerOp,
 	}
 	return m, r.Options.String(), nil
 }

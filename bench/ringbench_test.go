@@ -289,7 +289,8 @@ func TestBenchW4(t *testing.T) {
 				}
 				en, wk := devPerOp(d0, d1, r.Ops)
 				got[k].add(r.IOPS, r.CPUPerOp, r.SwitchesPerOp, en, wk, r.PeakGoroutines, r.PeakWorkersBlocked, r)
-				t.Logf("round %d QD%d %s: %.0f IOPS, %v/read, %.2f switches/read; ring: %v", round, depth, pol, r.IOPS, r.CPUPerOp, r.SwitchesPerOp, r.Ring)
+				t.Logf("round %d QD%d %s: %.0f IOPS, %v/read, %.2f switches/read, %.2f allocs/read, device depth %.1f, %.1f SQEs/batch; ring: %v", round, depth, pol, r.IOPS, r.CPUPerOp, r.SwitchesPerOp, r.AllocsPerOp,
+					float64(d1.DepthNanos-d0.DepthNanos)/float64(r.Elapsed), float64(d1.SQEs-d0.SQEs)/float64(max(d1.Batches-d0.Batches, 1)), r.Ring)
 			}
 		}
 	}

@@ -349,6 +349,9 @@ type ringReadResult struct {
 	// CacheHits counts reads served from the page cache by the first
 	// inline attempt (no device read, retry or punt).
 	CacheHits int64
+	// AllocsPerOp is the process's heap allocations (runtime.MemStats
+	// Mallocs, every goroutine's) per read over the run.
+	AllocsPerOp float64
 	// PeakGoroutines is the most goroutines of the process, sampled at
 	// every reaped batch.
 	PeakGoroutines int
@@ -405,6 +408,9 @@ func ringRandomReads(fs *sluice.FS, path string, o ringReadOptions) (ringReadRes
 		submitted++
 		return r.Read(f, bufs[slot], rng.Int64N(blocks)*int64(o.BlockSize), 0, uint64(slot))
 	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	mallocs0 := ms.Mallocs
 	ru0 := rusage.Self()
 	start := time.Now()
 	inflight := 0
@@ -439,6 +445,8 @@ func ringRandomReads(fs *sluice.FS, path string, o ringReadOptions) (ringReadRes
 		}
 	}
 	res.set(res.Ops, time.Since(start), rusage.Self().Sub(ru0))
+	runtime.ReadMemStats(&ms)
+	res.AllocsPerOp = float64(ms.Mallocs-mallocs0) / float64(max(res.Ops, 1))
 	res.PeakGoroutines = peak
 	res.Ring = r.Stats()
 	res.PeakWorkersBlocked = res.Ring.WorkersBlockedPeak

@@ -53,6 +53,14 @@ func (m *Mapping) Get(idx uint64) *Page {
 	return p
 }
 
+// Ref takes one more reference on page p, which the caller holds one on
+// (the kernel's folio_get): no lookup of the page table. Release it.
+func (m *Mapping) Ref(p *Page) {
+	p.mu.Lock()
+	p.refs++
+	p.mu.Unlock()
+}
+
 // GetOrCreate returns page idx with a reference taken. A page it creates
 // is locked and not uptodate, and created is true: the caller fills it (or
 // marks it) and unlocks it. Its Data holds arbitrary bytes (buffers are

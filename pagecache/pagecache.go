@@ -37,7 +37,9 @@
 //
 // The cache holds at most CapacityBytes of page data (page buffers come
 // from a free list, carved out of aligned slabs, and never exceed the
-// capacity). A new page evicts the least recently used clean, unlocked,
+// capacity). Until it reaches its capacity the cache grows ahead of its
+// creators: a goroutine makes the next slab, its memory prefaulted, off
+// the cache's lock, while the free list still holds half a slab. A new page evicts the least recently used clean, unlocked,
 // unreferenced page when the cache is full; when every page is dirty,
 // locked or referenced, the creator waits (after kicking the engine's
 // flusher) until one becomes evictable. Writers call ThrottleDirty, which
@@ -57,11 +59,14 @@ package pagecache
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/internal/lockrank"
 )
@@ -98,7 +103,10 @@ type Cache struct {
 	locked   int64    // locked pages (I/O or change in progress)
 	mappings map[*Mapping]struct{}
 	closed   bool
-	roomCond sync.Cond // signalled when a page may have become evictable or dirty fell
+	// growing says that a slab is being made off the lock (growAhead);
+	// its buffers are counted in buffers already.
+	growing  bool
+	roomCond sync.Cond // signalled when a page may have become evictable, dirty fell or a slab was added
 
 	kick chan struct{}
 
@@ -263,10 +271,25 @@ func (c *Cache) takeFreeLocked() (buf []byte, ok bool) {
 		}
 		c.growLocked()
 	}
+	return c.popFreeLocked(), true
+}
+
+// popFreeLocked takes a buffer off the free list, which is not empty, and
+// starts making the next slab (growAhead) when the list runs low and the
+// cache may still grow, so that creators seldom make one themselves.
+//
+// Preconditions: c.mu is held.
+func (c *Cache) popFreeLocked() []byte {
 	n := len(c.free)
-	buf = c.free[n-1]
+	buf := c.free[n-1]
 	c.free = c.free[:n-1]
-	return buf, true
+	if n-1 <= c.slabPages/2 && !c.growing && c.buffers < c.maxPages && !c.closed {
+		k := min(int64(c.slabPages), c.maxPages-c.buffers)
+		c.buffers += k
+		c.growing = true
+		go c.growAhead(k)
+	}
+	return buf
 }
 
 // getBuffer returns a page buffer, evicting a clean page or waiting for
@@ -280,10 +303,8 @@ func (c *Cache) getBuffer(nowait bool) ([]byte, error) {
 		if c.closed {
 			return nil, ErrClosed
 		}
-		if n := len(c.free); n > 0 && c.pages < c.maxPages {
-			b := c.free[n-1]
-			c.free = c.free[:n-1]
-			return b, nil
+		if len(c.free) > 0 && c.pages < c.maxPages {
+			return c.popFreeLocked(), nil
 		}
 		if c.pages < c.maxPages && c.buffers < c.maxPages {
 			c.growLocked()
@@ -296,6 +317,12 @@ func (c *Cache) getBuffer(nowait bool) ([]byte, error) {
 			c.mu.Unlock()
 			c.tryEvict(p)
 			c.mu.Lock()
+			continue
+		}
+		if c.growing && c.pages < c.maxPages {
+			// The room left is the slab being made: wait for it, even
+			// with nowait (an allocation, not I/O).
+			c.roomCond.Wait()
 			continue
 		}
 		if nowait {
@@ -322,24 +349,65 @@ var errNoRoom = errors.New("page cache full of pages that cannot be evicted")
 // ErrNoRoom is errNoRoom, for callers that test for it.
 var ErrNoRoom = errNoRoom
 
-// growLocked allocates a slab of page buffers.
+// growLocked allocates a slab of page buffers, under c.mu: a creator that
+// found the free list empty (growAhead did not keep up). Its memory
+// faults in at first use.
 //
 // Preconditions: c.mu is held.
 func (c *Cache) growLocked() {
-	n := int64(c.slabPages)
-	n = min(n, c.maxPages-c.buffers)
+	n := min(int64(c.slabPages), c.maxPages-c.buffers)
+	c.free = append(c.free, c.newSlab(n, false)...)
+	c.buffers += n
+}
+
+// growAhead makes a slab of n page buffers, already counted in c.buffers,
+// off the lock, with its memory prefaulted, and adds it to the free list:
+// the cache grows ahead of its creators, and neither they nor the
+// completions that take c.mu wait for the allocation.
+func (c *Cache) growAhead(n int64) {
+	bufs := c.newSlab(n, true)
+	c.mu.Lock()
+	c.free = append(c.free, bufs...)
+	c.growing = false
+	c.roomCond.Broadcast()
+	c.mu.Unlock()
+}
+
+// newSlab allocates n page buffers, aligned for direct I/O, in one slab,
+// and prefaults its memory if asked to.
+func (c *Cache) newSlab(n int64, fault bool) [][]byte {
 	ps := c.pageSize
 	align := min(ps, 4096)
 	raw := make([]byte, int(n)*ps+align)
+	if fault {
+		prefault(raw)
+	}
 	off := 0
 	if r := int(uintptr(unsafe.Pointer(&raw[0])) & uintptr(align-1)); r != 0 {
 		off = align - r
 	}
-	for i := 0; i < int(n); i++ {
+	bufs := make([][]byte, n)
+	for i := range bufs {
 		s := off + i*ps
-		c.free = append(c.free, raw[s:s+ps:s+ps])
+		bufs[i] = raw[s : s+ps : s+ps]
 	}
-	c.buffers += n
+	return bufs
+}
+
+// prefault maps the memory of a new slab in with one
+// madvise(MADV_POPULATE_WRITE) (Linux 5.14) rather than one page fault per
+// page when the page is first used (the device's read into it), which a
+// cold read into fresh memory pays: on a 2-CPU VM 3.2 us per 4 KiB page
+// faulted at a first touch, 1 us populated. Best effort: on an older
+// kernel (EINVAL) the pages fault at first use.
+func prefault(b []byte) {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	mask := uintptr(os.Getpagesize() - 1)
+	lo := (base + mask) &^ mask
+	hi := (base + uintptr(len(b))) &^ mask
+	if hi > lo {
+		_ = unix.Madvise(b[lo-base:hi-base], unix.MADV_POPULATE_WRITE)
+	}
 }
 
 // tryEvict drops page p, taken off the LRU by the caller, if it is still
