@@ -577,7 +577,9 @@ func (p *appendRes) finish(self bool) {
 	case p.op != nil && self:
 		p.op.finishAppended(rng, err)
 	case p.op != nil:
-		go p.op.finishAppended(rng, err)
+		if !p.op.finishInWaiter(stepFinishAppended, rng, err) {
+			go p.op.finishAppended(rng, err)
+		}
 	default:
 		if rng != nil {
 			p.in.ranges.Unlock(rng)

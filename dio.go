@@ -561,9 +561,12 @@ func (op *dioOp) batchDone(err error) {
 	in := op.in
 	if len(op.conv) > 0 || op.k.dsync || op.extends || in.pages.Len() > 0 || op.app != nil {
 		// Work that may block (a metadata commit, a sync, page
-		// invalidation) runs off the device's completion goroutine,
-		// like the kernel's s_dio_done_wq.
-		go op.finishWrite(err)
+		// invalidation) runs off the device's completion goroutine: in
+		// a synchronous request's waiter, else on a goroutine of its
+		// own (the kernel's s_dio_done_wq).
+		if !op.finishInWaiter(stepFinishWrite, nil, err) {
+			go op.finishWrite(err)
+		}
 	} else {
 		op.finishWrite(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
+	"runtime/metrics"
 	"testing"
 
 	"github.com/sluicefs/sluice/device"
@@ -128,4 +129,58 @@ func TestBufferedReadAsyncAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(200, func() { read() }); n > 0 {
 		t.Errorf("cached read: %.2f allocations per read", n)
 	}
+}
+
+// TestSyncDirectCompletionInWaiter: the completion work of a synchronous
+// direct write that may block (converting unwritten extents, publishing
+// appends) runs in the waiting caller, not on a goroutine started per
+// request: a stream of O_DIRECT appends (ParallelAppends) and of 512 B
+// writes into unwritten blocks (BlockRangeExclusion) starts almost no
+// goroutines besides the memory device's (before: one per write, two per
+// append).
+func TestSyncDirectCompletionInWaiter(t *testing.T) {
+	pol := Concurrent()
+	e := newEnv(t, envConfig{size: 256 << 20, opts: Options{Policy: &pol}})
+	app, err := e.fs.OpenFile("/log", O_WRONLY|O_APPEND|O_CREAT|O_DIRECT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer app.Close()
+	fresh, err := e.fs.OpenFile("/fresh", O_RDWR|O_CREAT|O_DIRECT, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	const writes = 200
+	if err := fresh.Fallocate(0, 0, writes*4096); err != nil {
+		t.Fatal(err)
+	}
+	buf := device.AlignedBuf(4096)
+	for _, c := range []struct {
+		name string
+		op   func(i int) error
+	}{
+		{"O_DIRECT append", func(int) error { _, err := app.Write(buf); return err }},
+		{"512 B into an unwritten block", func(i int) error { _, err := fresh.WriteAt(buf[:512], int64(i)*4096+512); return err }},
+	} {
+		before, reqs := goroutinesCreated(), uint64(e.fs.Counters()["DeviceWrites"])
+		for i := range writes {
+			if err := c.op(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The memory device completes each request on a goroutine of
+		// its own: those are not the engine's.
+		reqs = uint64(e.fs.Counters()["DeviceWrites"]) - reqs
+		if n := goroutinesCreated() - before - reqs; n > writes/10 {
+			t.Errorf("%s: %d goroutines started over %d synchronous writes (besides the device's %d)", c.name, n, writes, reqs)
+		}
+	}
+}
+
+// goroutinesCreated is the process's count of goroutines started so far.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

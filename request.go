@@ -163,13 +163,27 @@ type dioOp struct {
 	app     appendCompleter
 	segs    [4]extmap.Segment
 	convBuf [2]fileRange
-	// Completion of a synchronous request.
+	// Completion of a synchronous request. Its waiter also runs the
+	// completion work that may block (result.next), as iomap completes a
+	// synchronous direct I/O in the submitting task: no goroutine is
+	// started per request for it (finishInWaiter).
 	ch     chan struct{}
 	result struct {
-		n   int
-		err error
+		n    int
+		err  error
+		next waiterStep    // work for the waiter before the result, or stepNone
+		rng  *iolock.Range // finishAppended's range (stepFinishAppended)
 	}
 }
+
+// waiterStep is completion work a synchronous request's waiter runs.
+type waiterStep uint8
+
+const (
+	stepNone           waiterStep = iota
+	stepFinishWrite               // op.finishWrite(result.err)
+	stepFinishAppended            // op.finishAppended(result.rng, result.err)
+)
 
 var dioPool = sync.Pool{New: func() any {
 	op := &dioOp{ch: make(chan struct{}, 1)}
@@ -188,8 +202,24 @@ func (op *dioOp) free() {
 	op.b.reset()
 	op.in, op.k, op.conv, op.rng, op.app = nil, nil, nil, nil, nil
 	op.write, op.holdLock, op.extends = false, false, false
-	op.result.n, op.result.err = 0, nil
+	op.result.n, op.result.err, op.result.rng, op.result.next = 0, nil, nil, stepNone
 	dioPool.Put(op)
+}
+
+// finishInWaiter hands completion work that may block (a metadata commit,
+// a sync, page invalidation) to a synchronous request's waiter, which runs
+// it in op.wait, and reports whether it did: for an asynchronous request
+// the caller runs it on a goroutine of its own instead (the kernel's
+// s_dio_done_wq). At most one hand-off is outstanding: the next comes
+// only from work the waiter has taken (an append's publication follows
+// its own completion's appendEnded).
+func (op *dioOp) finishInWaiter(step waiterStep, rng *iolock.Range, err error) bool {
+	if op.k.done != nil {
+		return false
+	}
+	op.result.next, op.result.rng, op.result.err = step, rng, err
+	op.ch <- struct{}{}
+	return true
 }
 
 // complete ends the request: an asynchronous one's done is called; a
@@ -213,7 +243,20 @@ func (op *dioOp) wait() (int, error) {
 	if op.k.done != nil {
 		return 0, errQueued
 	}
-	<-op.ch
+	for {
+		<-op.ch
+		step, rng, err := op.result.next, op.result.rng, op.result.err
+		if step == stepNone {
+			break
+		}
+		op.result.next, op.result.rng, op.result.err = stepNone, nil, nil
+		switch step {
+		case stepFinishWrite:
+			op.finishWrite(err)
+		case stepFinishAppended:
+			op.finishAppended(rng, err)
+		}
+	}
 	n, err := op.result.n, op.result.err
 	op.free()
 	return n, err
