@@ -1,5 +1,11 @@
 package sluice
 
+import (
+	"sync/atomic"
+
+	"github.com/sluicefs/sluice/internal/lockrank"
+)
+
 // Unwritten to written: convertWritten is the one place extents are
 // converted once the device holds their data, for direct-write completion
 // and writeback alike. It calls only the extent map and the transaction.
@@ -83,4 +89,125 @@ func (in *inode) convertWrittenBack(conv []fileRange) error {
 		fs.markDirty(in)
 	}
 	return err
+}
+
+// convGroup gathers the conversions of direct writes to one inode that
+// complete together into one metadata transaction, as the appends'
+// publication does for appends (and as a log's group commit does: XFS's
+// CIL). A completion queues its request without taking a lock; the first
+// to find no leader becomes the leader: under in.mu it commits every
+// request queued (its own and those queued meanwhile) in one
+// convertWritten transaction, wakes their waiters, and goes on while
+// requests keep coming, but once its own is done it hands the next batch
+// to that batch's newest request, whose waiter leads from then on, so no
+// caller serves others for long. Each request's data is on the device
+// before it queues, so the epoch current at the commit is right for every
+// request of the batch (extmap epochs), and the size is the largest end
+// (never shrinking, as before).
+type convGroup struct {
+	queue  atomic.Pointer[convReq] // requests waiting for a leader, newest first
+	leader atomic.Bool             // a goroutine is committing batches
+}
+
+// convReq is one direct write's conversion. It belongs to the write's
+// dioOp; the leader that takes it touches it only until it sends on done.
+type convReq struct {
+	conv []fileRange
+	end  int64 // the size to publish, at least
+	next *convReq
+	err  error
+	// lead says the waiter is to lead: it commits batch, the requests
+	// the previous leader took but left to it (led by this one).
+	lead  bool
+	batch *convReq
+	done  chan struct{} // capacity 1: r's batch is committed, or r leads
+}
+
+// convertGrouped converts r.conv and publishes the size r.end, in a
+// transaction shared with the direct writes to in that complete meanwhile
+// (convGroup), and returns its error once it is committed.
+func (in *inode) convertGrouped(r *convReq) error {
+	g := &in.convs
+	for {
+		old := g.queue.Load()
+		r.next = old
+		if g.queue.CompareAndSwap(old, r) {
+			break
+		}
+	}
+	if g.leader.CompareAndSwap(false, true) {
+		in.leadConversions(g.queue.Swap(nil), r)
+	}
+	// A leader commits r (or hands r a batch to lead).
+	lockrank.Wait(lockrank.RankInodeMu, uint64(in.ino), nil)
+	for {
+		<-r.done
+		if !r.lead {
+			return r.err
+		}
+		r.lead = false
+		batch := r.batch
+		r.batch = nil
+		in.leadConversions(batch, r)
+	}
+}
+
+// leadConversions commits batch, then the batches queued after it, for as
+// long as requests keep coming and own (the leader's request) is not done;
+// then it hands the next batch to its newest request, or steps down.
+//
+// Preconditions: the caller holds in.convs.leader.
+func (in *inode) leadConversions(batch, own *convReq) {
+	g := &in.convs
+	ownDone := false
+	for {
+		for batch != nil {
+			if ownDone {
+				// Hand over: the newest request leads the rest.
+				batch.lead, batch.batch = true, batch
+				in.fs.counters.ConvLeaderHandoffs.Add(1)
+				batch.done <- struct{}{}
+				return
+			}
+			ownDone = in.commitConversions(batch, own)
+			batch = g.queue.Swap(nil)
+		}
+		g.leader.Store(false)
+		// A request queued after the last Swap, while the leader was
+		// still held: its goroutine failed the CompareAndSwap, so lead it.
+		if g.queue.Load() == nil || !g.leader.CompareAndSwap(false, true) {
+			return
+		}
+		batch = g.queue.Swap(nil)
+	}
+}
+
+// commitConversions commits the conversions of batch in one transaction
+// and wakes every request with the result (own's waiter, the caller,
+// finds its signal when it waits), reporting whether own was in batch.
+func (in *inode) commitConversions(batch, own *convReq) (ownDone bool) {
+	var conv []fileRange
+	var end int64
+	n := 0
+	for r := batch; r != nil; r = r.next {
+		if n == 0 && r.next == nil {
+			conv = r.conv // one request: no copy
+		} else {
+			conv = append(conv, r.conv...)
+		}
+		end = max(end, r.end)
+		n++
+	}
+	if n > 1 {
+		in.fs.counters.ConvsBatched.Add(int64(n - 1))
+	}
+	err := in.convertWritten(conv, end, true)
+	for r := batch; r != nil; {
+		next := r.next
+		r.next, r.err = nil, err
+		ownDone = ownDone || r == own
+		r.done <- struct{}{} // r may be reused from here on
+		r = next
+	}
+	return ownDone
 }

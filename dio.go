@@ -580,7 +580,7 @@ func (op *dioOp) finishWrite(err error) {
 		op.app.written(op, err)
 		return
 	}
-	in.finishDirectWrite(op.off, op.end, op.conv, op.extends, err)
+	in.finishDirectWrite(&op.cr, op.off, op.end, op.conv, op.extends, err)
 	if op.rng != nil {
 		in.ranges.Unlock(op.rng)
 	}
@@ -631,10 +631,13 @@ type appendCompleter interface {
 // publish the new size (never shrinking: racing completions leave the
 // largest end), then drop cached pages of the range again (a buffered read
 // racing the write must not keep stale pages), then end the in-flight
-// count. The caller then syncs for O_DSYNC.
-func (in *inode) finishDirectWrite(off, end int64, conv []fileRange, extends bool, err error) {
+// count. The caller then syncs for O_DSYNC. The conversion shares its
+// transaction with the writes to in that complete meanwhile (cr, the
+// write's own request; convGroup).
+func (in *inode) finishDirectWrite(cr *convReq, off, end int64, conv []fileRange, extends bool, err error) {
 	if err == nil && (len(conv) > 0 || extends) {
-		if cerr := in.convertWritten(conv, end, true); cerr != nil {
+		cr.conv, cr.end = conv, end
+		if cerr := in.convertGrouped(cr); cerr != nil {
 			err = cerr
 		}
 	}

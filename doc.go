@@ -147,7 +147,7 @@
 //	writeback.go        writeback of dirty pages (writebackPages, writebackRun, fsync, flusher)
 //	request.go          mechanism: kiocb, dioOp, ioBatch: the requests, down to the device
 //	allocate.go         mechanism: block allocation, delayed-allocation reservations
-//	convert.go          mechanism: unwritten to written (convertWritten)
+//	convert.go          mechanism: unwritten to written (convertWritten; convGroup shares one commit among completions)
 //	readbeforewrite.go  mechanism: the read-before-write rule (readBeforeWrite)
 //	unitpages.go        mechanism: the neighbour pages a whole-unit read fills
 //	lockio.go           mechanism: lockIO, drain, nowaitEAGAIN

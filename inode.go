@@ -35,6 +35,9 @@ type inode struct {
 	ranges iolock.RangeLock
 	// appends is the queue of parallel appends in flight (appends.go).
 	appends appendQueue
+	// convs gathers the conversions of direct writes that complete
+	// together into one transaction (convert.go).
+	convs convGroup
 
 	// pages is the file's page cache. Immutable (the cache itself is
 	// concurrency-safe).

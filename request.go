@@ -160,7 +160,9 @@ type dioOp struct {
 	// app, for a parallel append, is told of the completion instead of
 	// converting and publishing the size: the append's publication does
 	// both, in reservation order (appends.go).
-	app     appendCompleter
+	app appendCompleter
+	// cr is the write's conversion at completion (convGroup).
+	cr      convReq
 	segs    [4]extmap.Segment
 	convBuf [2]fileRange
 	// Completion of a synchronous request. Its waiter also runs the
@@ -187,6 +189,7 @@ const (
 
 var dioPool = sync.Pool{New: func() any {
 	op := &dioOp{ch: make(chan struct{}, 1)}
+	op.cr.done = make(chan struct{}, 1)
 	op.b.owner = op
 	return op
 }}
@@ -201,6 +204,7 @@ func newDioOp(in *inode, k *kiocb) *dioOp {
 func (op *dioOp) free() {
 	op.b.reset()
 	op.in, op.k, op.conv, op.rng, op.app = nil, nil, nil, nil, nil
+	op.cr.conv, op.cr.err = nil, nil
 	op.write, op.holdLock, op.extends = false, false, false
 	op.result.n, op.result.err, op.result.rng, op.result.next = 0, nil, nil, stepNone
 	dioPool.Put(op)
