@@ -477,7 +477,18 @@ func (in *inode) copyToPages(k *kiocb, publish bool) (int64, error) {
 		if reserved, err = in.reserveDelalloc(blk); err != nil {
 			break
 		}
-		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, k.nowait, k.dontcache); err != nil {
+		// Publish the size as the write proceeds, so that pages after
+		// this one are judged against the new EOF, and before the page
+		// is unlocked (as generic_write_end raises i_size before it
+		// unlocks the folio): writeback, which locks the page, never
+		// writes it back while the size leaves it past EOF, so the
+		// conversion a sync point makes durable never says written past
+		// the size it commits with it.
+		grow := int64(0)
+		if next := pos + int64(to-from); publish && next > size {
+			grow = next
+		}
+		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, grow, k.nowait, k.dontcache); err != nil {
 			if reserved { // writePage fails before it dirties anything
 				in.unreserveDelalloc(blk)
 			}
@@ -485,16 +496,8 @@ func (in *inode) copyToPages(k *kiocb, publish bool) (int64, error) {
 		}
 		done += int64(to - from)
 		pos += int64(to - from)
-		// Publish the size as the write proceeds, so that pages after
-		// this one are judged against the new EOF.
-		if publish && pos > size {
-			in.mu.Lock()
-			if uint64(pos) > in.attr.Size {
-				in.attr.Size = uint64(pos)
-			}
-			size = int64(in.attr.Size)
-			in.attrDirty = true
-			in.mu.Unlock()
+		if grow > 0 {
+			size = in.size()
 			fs.markDirty(in)
 		}
 	}
@@ -604,10 +607,11 @@ func (in *inode) dropCleanLocked(p *pagecache.Page) {
 }
 
 // writePage copies data into bytes [from, to) of page idx; size is the EOF
-// the page is judged against (readBeforeWrite).
+// the page is judged against (readBeforeWrite). With grow > 0, the size is
+// raised to grow (if smaller) before the page is unlocked.
 //
 // Preconditions: as copyToPages.
-func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, nowait, dontcache bool) error {
+func (in *inode) writePage(idx uint64, from, to int, data []byte, size, grow int64, nowait, dontcache bool) error {
 	for {
 		p, created, err := in.pages.GetOrCreate(idx, nowait)
 		if err != nil {
@@ -638,6 +642,17 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size int64, no
 			}
 		}
 		err = in.writePageLocked(p, from, to, data, size, nowait)
+		if err == nil && grow > 0 {
+			in.mu.Lock()
+			if uint64(grow) > in.attr.Size {
+				in.attr.Size = uint64(grow)
+			}
+			in.attrDirty = true
+			in.mu.Unlock()
+		}
+		if h := in.fs.hooks.pageWritten; h != nil && err == nil {
+			h(in, p)
+		}
 		p.Unlock()
 		in.pages.Release(p)
 		return err

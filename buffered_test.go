@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/pagecache"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -513,5 +515,38 @@ func TestNoWaitWriteGivesBackReservation(t *testing.T) {
 	}
 	if after.BlocksAvail != before.BlocksAvail {
 		t.Fatalf("free blocks %d, were %d: a reservation leaked", after.BlocksAvail, before.BlocksAvail)
+	}
+}
+
+// TestExtendingWriteRaisesSizeBeforeUnlock: a buffered write that extends
+// the file raises the size before it unlocks each page it copied into (as
+// generic_write_end raises i_size before folio_unlock). Otherwise writeback
+// (which locks the page) could write the page back while the size still
+// left it past EOF, and a sync point commit its conversion as written with
+// the old size: metadata saying written past EOF (fsck's extent-past-eof),
+// which the crash campaign met once (classic, a SyncAll racing an extending
+// write of an unlinked file).
+func TestExtendingWriteRaisesSizeBeforeUnlock(t *testing.T) {
+	for _, pol := range []Policy{Classic(), Concurrent()} {
+		t.Run(pol.String(), func(t *testing.T) {
+			e := policyEnv(t, pol)
+			f := e.mustCreate("/f", 0)
+			const off, n = 4096 + 100, 3 * 4096
+			var bad []string
+			e.fs.hooks.pageWritten = func(in *inode, p *pagecache.Page) {
+				pageEnd := min(int64(p.Index+1)*4096, off+n)
+				if got := in.size(); got < pageEnd {
+					bad = append(bad, fmt.Sprintf("page %d unlocked with the size at %d, below %d", p.Index, got, pageEnd))
+				}
+			}
+			defer func() { e.fs.hooks.pageWritten = nil }()
+			if _, err := f.WriteAt(pattern(n, 1), off); err != nil {
+				t.Fatal(err)
+			}
+			e.fs.hooks.pageWritten = nil
+			if len(bad) > 0 {
+				t.Fatal(strings.Join(bad, "; "))
+			}
+		})
 	}
 }

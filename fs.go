@@ -91,6 +91,9 @@ type FS struct {
 		persistLocked func(*inode)
 		// evictStart runs when maybeEvict starts, before it locks.
 		evictStart func(*inode)
+		// pageWritten runs in writePage, the page still locked, once a
+		// buffered write has copied into it.
+		pageWritten func(*inode, *pagecache.Page)
 	}
 
 	closeOnce sync.Once
