@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/meta/etcdkv"
 )
 
 // ErrInUse is matched (errors.Is) by Open's error when another process
@@ -78,6 +79,15 @@ type MkfsOptions struct {
 	// Device configures how the data device is opened; its IOUnit is
 	// IOUnit above. The default value is the zero DeviceOptions.
 	Device DeviceOptions
+	// Etcd, when set, puts the metadata in etcd instead of the embedded
+	// Pebble store VOLUME/meta/: the superblock and every record under
+	// the URL's prefix, which must be empty (Force deletes what it holds).
+	// Data is then required and names the shared data device: a block
+	// device, or an image file (created with Size bytes if it does not
+	// exist; an existing one is used whole unless Size is smaller). The
+	// volume directory keeps the lock file, the link VOLUME/data and the
+	// pointer file VOLUME/etcd.json. The default value is nil.
+	Etcd *EtcdOptions
 }
 
 // Mkfs creates a volume directory dir.
@@ -93,6 +103,17 @@ func Mkfs(dir string, o MkfsOptions) error {
 	}
 	if o.Data != "" && o.Size != 0 && o.Size%int64(o.BlockSize) != 0 {
 		return fmt.Errorf("size %d is not a multiple of the %d B block size", o.Size, o.BlockSize)
+	}
+	if o.Etcd != nil {
+		if o.Data == "" {
+			return errors.New("a volume with its metadata in etcd needs --data: the data device or image file every host reaches")
+		}
+		if _, _, err := etcdkv.ParseURL(o.Etcd.URL); err != nil {
+			return err
+		}
+		if o.Size != 0 && o.Size < MinSize {
+			return fmt.Errorf("size %d is smaller than the minimum of %d bytes (1 MiB)", o.Size, MinSize)
+		}
 	}
 	if o.Data == "" {
 		switch {
@@ -135,6 +156,12 @@ func mkfsIn(dir string, o MkfsOptions) error {
 	if err := os.RemoveAll(metaPath(dir)); err != nil {
 		return err
 	}
+	if err := os.Remove(etcdPath(dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if o.Etcd != nil {
+		return mkfsEtcdIn(dir, o)
+	}
 	if err := makeData(dir, o); err != nil {
 		return err
 	}
@@ -154,6 +181,34 @@ func mkfsIn(dir string, o MkfsOptions) error {
 		return err
 	}
 	return nil
+}
+
+// mkfsEtcdIn makes the volume in the prepared and locked directory dir,
+// with its metadata in etcd.
+func mkfsEtcdIn(dir string, o MkfsOptions) error {
+	eo := *o.Etcd
+	kv, err := openEtcd(&eo)
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	if err := prepareEtcd(kv, &eo, o.Force); err != nil {
+		return err
+	}
+	if err := makeSharedData(dir, o); err != nil {
+		return err
+	}
+	devOpts := o.Device
+	devOpts.IOUnit = o.IOUnit
+	dev, err := directdev.Open(dataPath(dir), devOpts)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	if _, err := Format(dev, kv, FormatOptions{BlockSize: o.BlockSize, Size: o.Size}); err != nil {
+		return err
+	}
+	return writePointer(dir, eo.pointer())
 }
 
 // prepareDir makes sure dir exists and is empty (or may be overwritten).
@@ -251,6 +306,12 @@ type OpenOptions struct {
 	// IOUnit is taken from the header and its ReadOnly from ReadOnly above.
 	// The default value is the zero DeviceOptions.
 	Device DeviceOptions
+	// Etcd overrides what the pointer file VOLUME/etcd.json of a volume
+	// whose metadata is in etcd says: each field set here replaces the
+	// file's (a URL must be the file's), and Password, which the file
+	// never holds, comes only from here. It is ignored for a volume on
+	// the embedded Pebble store. The default value is nil: the file alone.
+	Etcd *EtcdOptions
 }
 
 // Open opens the volume directory dir: it takes the lock, reads the header,
@@ -270,8 +331,20 @@ func Open(dir string, o OpenOptions) (*Volume, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s is not a sluice volume: its data device: %w", dir, err)
 	}
-	if _, err := os.Stat(metaPath(dir)); err != nil {
+	ptr, onEtcd, err := readPointer(dir)
+	if err != nil {
+		return nil, fmt.Errorf("volume %s: %w", dir, err)
+	}
+	if _, err := os.Stat(metaPath(dir)); err != nil && !onEtcd {
 		return nil, fmt.Errorf("volume %s: the metadata directory meta/ is missing", dir)
+	} else if err == nil && onEtcd {
+		return nil, fmt.Errorf("volume %s has both a metadata directory meta/ and a pointer to etcd etcd.json; remove the one that is stale", dir)
+	}
+	var eo EtcdOptions
+	if onEtcd {
+		if eo, err = ptr.merge(o.Etcd); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", dir, err)
+		}
 	}
 	lock, err := takeLock(dir)
 	if err != nil {
@@ -294,7 +367,12 @@ func Open(dir string, o OpenOptions) (*Volume, error) {
 		lock.Close()
 		return nil, err
 	}
-	kv, err := meta.OpenPebble(metaPath(dir), meta.PebbleOptions{ReadOnly: o.ReadOnly})
+	var kv meta.KV
+	if onEtcd {
+		kv, err = openEtcd(&eo)
+	} else {
+		kv, err = meta.OpenPebble(metaPath(dir), meta.PebbleOptions{ReadOnly: o.ReadOnly})
+	}
 	if err != nil {
 		dev.Close()
 		lock.Close()
@@ -308,6 +386,9 @@ func Open(dir string, o OpenOptions) (*Volume, error) {
 		return nil, fmt.Errorf("volume %s: %w", dir, err)
 	}
 	v.Dir, v.lock = dir, lock
+	if onEtcd {
+		v.MetaURL = eo.URL
+	}
 	return v, nil
 }
 

@@ -21,6 +21,8 @@ type Info struct {
 	Inodes       int    `json:"inodes"`
 	Orphans      int    `json:"orphans"`
 	DataBackend  string `json:"data_backend,omitempty"`
+	MetaBackend  string `json:"meta_backend"`
+	MetaURL      string `json:"meta_url,omitempty"`
 	DirectIO     bool   `json:"direct_io"`
 	UsedFraction string `json:"used,omitempty"`
 }
@@ -39,6 +41,10 @@ func (v *Volume) Stat() (*Info, error) {
 		TotalBlocks: h.DeviceBytes / uint64(h.BlockSize),
 	}
 	in.DataBlocks = in.TotalBlocks - h.DataStart
+	in.MetaBackend, in.MetaURL = "pebble", v.MetaURL
+	if v.MetaURL != "" {
+		in.MetaBackend = "etcd"
+	}
 	start, end := meta.FreeKeyRange()
 	if err := v.KV.Scan(start, end, func(k, val []byte) error {
 		_, n, err := meta.DecodeFree(k, val)

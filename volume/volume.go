@@ -8,6 +8,16 @@
 //	VOLUME/lock   held with flock while a process has the volume open; it
 //	              holds that process's pid
 //
+// or, for a volume whose metadata lives in etcd (MkfsOptions.Etcd), only
+// what is local to the host:
+//
+//	VOLUME/data       a symlink to the shared data device or image file
+//	VOLUME/etcd.json  the pointer to the metadata: the etcd URL
+//	                  (etcd://HOST:PORT,.../PREFIX), the TLS files, the
+//	                  user name and the cluster's limits; never a password
+//	VOLUME/lock       as above (it excludes processes of this host only:
+//	                  one writer across hosts is issue 18's next step)
+//
 // Block 0 of the data device holds a Header that must agree with the
 // metadata's superblock (same UUID and geometry), so a data device paired
 // with the wrong metadata is refused. Format writes both; Attach checks
@@ -43,6 +53,9 @@ type Volume struct {
 	Super  *meta.Superblock
 	Dev    device.Device
 	KV     meta.KV
+	// MetaURL is the etcd URL of a volume whose metadata is in etcd, ""
+	// for the embedded Pebble store.
+	MetaURL string
 
 	lock *os.File
 }

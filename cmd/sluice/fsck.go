@@ -25,6 +25,7 @@ const fsckProblemLimit = 1000
 
 func newFsckCommand() *cobra.Command {
 	var asJSON bool
+	var ef etcdFlags
 	cmd := &cobra.Command{
 		Use:   "fsck VOLUME [--json]",
 		Short: "check its consistency (exit 1: problems, 8: cannot check)",
@@ -37,10 +38,11 @@ Exit status, as e2fsck's: 0 clean; 1 problems found (listed on stdout, their
 kinds on stderr); 8 the check could not run (the volume cannot be opened or read).`,
 		Args: wantArgs(1, "one VOLUME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runFsck(args[0], asJSON, cmd.OutOrStdout())
+			return runFsck(args[0], asJSON, &ef, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	addEtcdFlags(cmd.Flags(), &ef, false)
 	return cmd
 }
 
@@ -56,8 +58,8 @@ type fsckJSON struct {
 // report goes to stdout; a volume with problems also gets one line on
 // stderr naming their kinds, and exit status 1. Orphans are listed but are
 // not problems.
-func runFsck(dir string, asJSON bool, stdout io.Writer) error {
-	v, err := openVolumeReadOnly(dir)
+func runFsck(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
+	v, err := openVolumeReadOnly(dir, ef)
 	if err != nil {
 		return &exitError{fsckOperational, err}
 	}

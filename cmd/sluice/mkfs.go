@@ -14,14 +14,23 @@ import (
 func newMkfsCommand() *cobra.Command {
 	var f mkfsFlags
 	cmd := &cobra.Command{
-		Use:   "mkfs VOLUME --size SIZE [--data BLOCKDEV] [--block-size 4096] [--io-unit 512] [--prealloc] [--force]",
+		Use:   "mkfs VOLUME --size SIZE [--data BLOCKDEV] [--meta etcd://HOST:PORT,.../PREFIX --data PATH] [--block-size 4096] [--io-unit 512] [--prealloc] [--force]",
 		Short: "create a volume",
 		Long: `Create the volume directory VOLUME: a data image of --size bytes, sparse unless
 --prealloc (or, with --data, a link to a whole block device), its metadata, and
 its lock file. Sizes are bytes with an optional K, M, G or T suffix (binary
-units; KiB and KB mean the same).`,
+units; KiB and KB mean the same).
+
+With --meta, the metadata goes to etcd under the URL's prefix (which must be
+empty, or --force deletes what it holds) and --data names the data device
+every host reaches: a block device, or an image file (created with --size if
+it does not exist). VOLUME then keeps only what is local to this host: the
+lock file, the link VOLUME/data and the pointer VOLUME/etcd.json, from which
+mount, stat and fsck find the metadata. The etcd members must run with
+--max-txn-ops=16384 --max-request-bytes=4194304 (mkfs checks).`,
 		Example: `  sluice mkfs /var/lib/vol --size 16G
-  sluice mkfs /var/lib/vol --data /dev/nvme0n1 --block-size 4096 --io-unit 512`,
+  sluice mkfs /var/lib/vol --data /dev/nvme0n1 --block-size 4096 --io-unit 512
+  sluice mkfs /var/lib/vol --meta etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/sluice/vol1 --data /shared/vol1.img --size 16G`,
 		Args: wantArgs(1, "one VOLUME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMkfs(args[0], &f, cmd.OutOrStdout())
@@ -34,6 +43,7 @@ units; KiB and KB mean the same).`,
 	fl.StringVar(&f.ioUnit, "io-unit", "512", "device I/O unit (`SIZE`): a power of two from 512 B up to the block size")
 	fl.BoolVar(&f.prealloc, "prealloc", false, "allocate the whole image up front instead of creating it sparse")
 	fl.BoolVar(&f.force, "force", false, "overwrite an existing volume directory (not one in use), or a block device holding a volume")
+	addEtcdFlags(fl, &f.etcd, true)
 	return cmd
 }
 
@@ -41,6 +51,7 @@ units; KiB and KB mean the same).`,
 type mkfsFlags struct {
 	size, data, blockSize, ioUnit string
 	prealloc, force               bool
+	etcd                          etcdFlags
 }
 
 // Geometry limits the engine relies on (volume.Mkfs checks them too; they
@@ -56,11 +67,23 @@ const (
 // itself so that each refusal names the flag and a value that works, and
 // prints one summary line read back from the new volume.
 func runMkfs(dir string, f *mkfsFlags, stdout io.Writer) error {
-	o, err := mkfsOptions(f.size, f.data, f.blockSize, f.ioUnit, f.force)
+	eo, err := f.etcd.options()
 	if err != nil {
 		return err
 	}
-	o.Prealloc, o.Force = f.prealloc, f.force
+	if eo != nil && eo.URL == "" {
+		return &usageError{"the --etcd-* flags need --meta etcd://HOST:PORT,.../PREFIX"}
+	}
+	var o volume.MkfsOptions
+	if eo != nil {
+		o, err = mkfsEtcdOptions(f)
+	} else {
+		o, err = mkfsOptions(f.size, f.data, f.blockSize, f.ioUnit, f.force)
+	}
+	if err != nil {
+		return err
+	}
+	o.Prealloc, o.Force, o.Etcd = f.prealloc, f.force, eo
 
 	// A failed mkfs must not leave a half-made volume behind that the next
 	// attempt would refuse as "not empty": remove the directory if this
@@ -74,7 +97,7 @@ func runMkfs(dir string, f *mkfsFlags, stdout io.Writer) error {
 		return volumeOpenError(dir, err)
 	}
 
-	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: true})
+	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: true, Etcd: eo})
 	if err != nil {
 		return fmt.Errorf("created volume %s, but reopening it failed: %w", dir, volumeOpenError(dir, err))
 	}
@@ -88,8 +111,12 @@ func runMkfs(dir string, f *mkfsFlags, stdout io.Writer) error {
 	if o.Prealloc {
 		kind = "preallocated image file"
 	}
-	fmt.Fprintf(stdout, "created volume %s: uuid %s, %s, block size %d B, I/O unit %d B, data %s (%s), %s\n",
-		dir, in.UUID, bytesIEC(in.DeviceBytes), in.BlockSize, in.IOUnit, dataDevicePath(dir), kind, ioMode(in))
+	metaAt := ""
+	if v.MetaURL != "" {
+		metaAt = ", metadata " + v.MetaURL
+	}
+	fmt.Fprintf(stdout, "created volume %s: uuid %s, %s, block size %d B, I/O unit %d B, data %s (%s), %s%s\n",
+		dir, in.UUID, bytesIEC(in.DeviceBytes), in.BlockSize, in.IOUnit, dataDevicePath(dir), kind, ioMode(in), metaAt)
 	return nil
 }
 
@@ -161,6 +188,35 @@ func mkfsOptions(sizeFlag, data, blockFlag, ioFlag string, force bool) (volume.M
 		return o, fmt.Errorf("--size %s (%d B) is not a multiple of the %d B block size; pass --size %d", sizeFlag, size, bs, up)
 	}
 	o.Size = size
+	return o, nil
+}
+
+// mkfsEtcdOptions parses the geometry flags of a volume whose metadata is
+// in etcd: --data is required and may be an image file (created with
+// --size if missing) as well as a block device.
+func mkfsEtcdOptions(f *mkfsFlags) (volume.MkfsOptions, error) {
+	o, err := mkfsOptions("1M", "", f.blockSize, f.ioUnit, f.force)
+	if err != nil {
+		return o, err
+	}
+	o.Size = 0
+	if f.data == "" {
+		return o, &usageError{"--meta needs --data PATH: the data device or image file every host reaches"}
+	}
+	if f.size != "" {
+		size, err := volume.ParseSize(f.size)
+		if err != nil {
+			return o, &usageError{"--size: " + err.Error()}
+		}
+		if size%int64(o.BlockSize) != 0 {
+			return o, fmt.Errorf("--size %s (%d B) is not a multiple of the %d B block size", f.size, size, o.BlockSize)
+		}
+		o.Size = size
+	}
+	if h, err := readDataHeader(f.data); err == nil && !f.force {
+		return o, fmt.Errorf("--data %s already holds sluice volume %s; pass --force to overwrite it", f.data, volume.UUIDString(h.UUID))
+	}
+	o.Data = f.data
 	return o, nil
 }
 

@@ -66,6 +66,7 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 	fl.StringVar(&f.transport, "transport", "devfuse", "how FUSE requests travel, the `TRANSPORT`: devfuse, auto (io_uring when the kernel offers it) or uring")
 	fl.BoolVar(&f.uringThread, "uring-thread-issuer", false, "with io_uring: issue ring commands from one thread per queue instead of the kernel's polling thread")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
+	addEtcdFlags(fl, &f.etcd, false)
 	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "seeds", "classic"))
 	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
 	cmd.RegisterFlagCompletionFunc("transport", completeWords("devfuse", "auto", "uring"))
@@ -80,6 +81,7 @@ type mountFlags struct {
 	debug, writeback, strictDIO, uringThread           bool
 	maxBackground                                      int
 	grace                                              time.Duration
+	etcd                                               etcdFlags
 }
 
 // DefaultVolumeSize is the size of the sparse data image that `sluice
@@ -150,7 +152,7 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 		return err
 	}
 	eopts := &sluice.Options{Policy: &pol, CacheSizeBytes: cacheBytes, ReadOnly: readOnly}
-	eng, err := sluice.Open(volDir, eopts)
+	eng, err := openEngine(volDir, eopts, &f.etcd)
 	if err != nil {
 		return volumeOpenError(volDir, err)
 	}
@@ -182,7 +184,7 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "metrics on http://%s/metrics, profiles on http://%s/debug/pprof/\n", f.metrics, f.metrics)
 	}
-	srv, err := fusefs.Mount(eng, mnt, fopts)
+	srv, err := fusefs.Mount(eng.FS, mnt, fopts)
 	if err != nil {
 		eng.Close()
 		return err
@@ -193,7 +195,7 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "mounted %s on %s (policy %s, cache %s, page cache %d MiB); stop with Ctrl-C or: sluice umount %s\n",
 		volDir, mnt, o.Policy, mode, o.CacheSizeBytes>>20, mnt)
 
-	forced := waitAndUnmount(srv, eng, f.grace, logger)
+	forced := waitAndUnmount(srv, eng.FS, f.grace, logger)
 	if metricsSrv != nil {
 		metricsSrv.Close()
 	}
@@ -205,6 +207,34 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "unmounted %s; volume %s closed cleanly\n", mnt, volDir)
 	return nil
+}
+
+// volumeEngine is the engine of a mount and the volume under it, which
+// Close closes after the engine.
+type volumeEngine struct {
+	*sluice.FS
+	vol *volume.Volume
+}
+
+func (e *volumeEngine) Close() error { return errors.Join(e.FS.Close(), e.vol.Close()) }
+
+// openEngine opens the volume (with the etcd flags, for a volume whose
+// metadata is in etcd) and starts the engine on it.
+func openEngine(dir string, eopts *sluice.Options, ef *etcdFlags) (*volumeEngine, error) {
+	eo, err := ef.options()
+	if err != nil {
+		return nil, err
+	}
+	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: eopts.ReadOnly, Device: eopts.Device, Etcd: eo})
+	if err != nil {
+		return nil, err
+	}
+	fs, err := sluice.OpenVolume(v, eopts)
+	if err != nil {
+		v.Close()
+		return nil, err
+	}
+	return &volumeEngine{FS: fs, vol: v}, nil
 }
 
 // createIfMissing creates the volume directory dir with a sparse image of

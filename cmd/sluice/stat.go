@@ -18,6 +18,7 @@ import (
 
 func newStatCommand() *cobra.Command {
 	var asJSON bool
+	var ef etcdFlags
 	cmd := &cobra.Command{
 		Use:   "stat VOLUME [--json]",
 		Short: "show the header and space usage",
@@ -26,10 +27,11 @@ device and how it is driven, and its space and inode usage. The volume must not
 be in use (mounted).`,
 		Args: wantArgs(1, "one VOLUME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runStat(args[0], asJSON, cmd.OutOrStdout())
+			return runStat(args[0], asJSON, &ef, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	addEtcdFlags(cmd.Flags(), &ef, false)
 	return cmd
 }
 
@@ -45,8 +47,8 @@ type statJSON struct {
 
 // runStat opens the volume read-only and prints its header and space
 // usage: one "key value" line each, sizes in bytes and IEC units.
-func runStat(dir string, asJSON bool, stdout io.Writer) error {
-	v, err := openVolumeReadOnly(dir)
+func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
+	v, err := openVolumeReadOnly(dir, ef)
 	if err != nil {
 		return err
 	}
@@ -79,6 +81,11 @@ func runStat(dir string, asJSON bool, stdout io.Writer) error {
 	line("I/O unit", "%s", bytesIEC(uint64(in.IOUnit)))
 	line("device", "%s, %s, %s", out.DataPath, bytesIEC(in.DeviceBytes), deviceKind(dir))
 	line("I/O", "%s", ioMode(in))
+	if in.MetaURL != "" {
+		line("metadata", "etcd %s", in.MetaURL)
+	} else {
+		line("metadata", "pebble %s", filepath.Join(dir, "meta"))
+	}
 	line("blocks", "%d total: header in [0, %d), data in [%d, %d)", in.TotalBlocks, in.DataStart, in.DataStart, in.TotalBlocks)
 	line("data", "%d blocks, %s", in.DataBlocks, bytesIEC(out.DataBytes))
 	line("used", "%d blocks, %s (%s)", in.UsedBlocks, bytesIEC(out.UsedBytes), in.UsedFraction)
@@ -90,8 +97,12 @@ func runStat(dir string, asJSON bool, stdout io.Writer) error {
 
 // openVolumeReadOnly opens a volume for stat and fsck, turning the refusals
 // of volume.Open into one-line messages that say what to do.
-func openVolumeReadOnly(dir string) (*volume.Volume, error) {
-	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: true})
+func openVolumeReadOnly(dir string, ef *etcdFlags) (*volume.Volume, error) {
+	eo, err := ef.options()
+	if err != nil {
+		return nil, err
+	}
+	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: true, Etcd: eo})
 	if err != nil {
 		return nil, volumeOpenError(dir, err)
 	}

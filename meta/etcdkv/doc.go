@@ -1,8 +1,17 @@
 // Package etcdkv stores sluice's metadata in an etcd cluster: a meta.KV
 // whose commits are replicated by raft to a quorum of etcd members, so that
-// the metadata survives the loss of a machine (issue 18). It is a work in
-// progress: mkfs, the engine and the mount still use the embedded Pebble
-// store (meta.OpenPebble); this package and its tests are the first step.
+// the metadata survives the loss of a machine (issue 18). Volumes live on
+// it: `sluice mkfs --meta etcd://HOST:PORT,.../PREFIX` (ParseURL) formats
+// one, and package volume opens it from the volume directory's pointer
+// file. One host at a time must write a prefix: the lease that enforces it
+// and fencing are the next steps of issue 18.
+//
+// # Cluster settings
+//
+// Start every member with --max-txn-ops=16384 --max-request-bytes=4194304
+// (VolumeMaxTxnOps, VolumeMaxRequestBytes): an engine transaction frees or
+// converts every extent of one file at once. Check, which mkfs and every
+// open run, refuses a cluster with lower limits, naming the flag.
 //
 // # Keys
 //

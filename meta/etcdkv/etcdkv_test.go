@@ -623,8 +623,50 @@ func TestOptions(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := `etcdkv.Options{Endpoints: ["http://127.0.0.1:1"], Client: dial, Prefix: "v/", RequestTimeout: 5s, DialTimeout: 5s, MaxTxnOps: 128, MaxRequestBytes: 1572864, ScanPageSize: 1000}`
+	want := `etcdkv.Options{Endpoints: ["http://127.0.0.1:1"], Client: dial, TLS: false, Username: "", Password: none, Prefix: "v/", RequestTimeout: 5s, DialTimeout: 5s, MaxTxnOps: 128, MaxRequestBytes: 1572864, ScanPageSize: 1000}`
 	if got := o.String(); got != want {
 		t.Fatalf("String() = %s\nwant       %s", got, want)
+	}
+	// The password is never printed.
+	o.Username, o.Password = "root", "s3cret"
+	if got := o.String(); strings.Contains(got, "s3cret") || !strings.Contains(got, `Username: "root", Password: (set)`) {
+		t.Errorf("String() = %s: shows the password, or not that it is set", got)
+	}
+	if err := (&Options{Endpoints: []string{"x"}, Prefix: "p/", Password: "pw"}).Validate(); err == nil || strings.Contains(err.Error(), "pw\"") {
+		t.Errorf("a password without a user: %v", err)
+	}
+}
+
+// TestParseURL: metadata URLs to endpoints and prefixes.
+func TestParseURL(t *testing.T) {
+	for _, c := range []struct{ url, eps, prefix string }{
+		{"etcd://h1:2379,h2:2380,h3/sluice/vol1", "http://h1:2379 http://h2:2380 http://h3:2379", "sluice/vol1/"},
+		{"etcds://[::1]:2379/p/", "https://[::1]:2379", "p/"},
+		{"etcd://10.0.0.1//a", "http://10.0.0.1:2379", "a/"},
+	} {
+		eps, prefix, err := ParseURL(c.url)
+		if err != nil || strings.Join(eps, " ") != c.eps || prefix != c.prefix {
+			t.Errorf("ParseURL(%q) = %q, %q, %v; want %s, %q", c.url, eps, prefix, err, c.eps, c.prefix)
+		}
+	}
+	if _, _, err := ParseURL("etcd://root:s3cret@h1/p"); err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("a URL with a password: %v (must be refused without showing it)", err)
+	}
+}
+
+// TestCheckLimits: Check accepts a cluster whose limits are the KV's and
+// refuses, naming the etcd flag, one with lower limits (here: a KV that
+// asks for more than the test cluster's defaults).
+func TestCheckLimits(t *testing.T) {
+	if err := open(t, Options{}).Check(); err != nil {
+		t.Fatalf("Check with etcd's default limits: %v", err)
+	}
+	err := open(t, Options{MaxTxnOps: 1000}).Check()
+	if !errors.Is(err, ErrTxnTooLarge) || !strings.Contains(err.Error(), "--max-txn-ops=1000") {
+		t.Errorf("Check with MaxTxnOps above the server's: %v", err)
+	}
+	err = open(t, Options{MaxRequestBytes: 4 << 20}).Check()
+	if !errors.Is(err, ErrTxnTooLarge) || !strings.Contains(err.Error(), "--max-request-bytes=4194304") {
+		t.Errorf("Check with MaxRequestBytes above the server's: %v", err)
 	}
 }

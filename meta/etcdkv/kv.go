@@ -43,6 +43,9 @@ func Open(o Options) (*KV, error) {
 			DialTimeout:        o.DialTimeout,
 			Logger:             o.Logger,
 			MaxCallSendMsgSize: o.MaxRequestBytes + grpcOverheadBytes,
+			TLS:                o.TLS,
+			Username:           o.Username,
+			Password:           o.Password,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("etcdkv: connecting to %v: %w", o.Endpoints, err)

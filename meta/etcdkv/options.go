@@ -1,6 +1,7 @@
 package etcdkv
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
@@ -20,6 +21,17 @@ type Options struct {
 	// Endpoints; Close leaves it open. Its MaxCallSendMsgSize must exceed
 	// MaxRequestBytes. The default value is nil.
 	Client *clientv3.Client
+	// TLS, when set, makes the client connect over TLS with this
+	// configuration (trusted CAs, client certificate); the endpoints are
+	// then https:// URLs. TLSConfig builds one from files, as etcdctl's
+	// --cacert, --cert and --key do. The default value is nil: plain
+	// connections.
+	TLS *tls.Config
+	// Username and Password authenticate the client to a cluster with
+	// authentication enabled (etcdctl's --user). Password is never
+	// printed (String says only whether it is set). The default value
+	// is "": no authentication.
+	Username, Password string
 	// Prefix is prepended to every key: the volume's own key space, e.g.
 	// "sluice/<volume uuid>/". Required. No volume's prefix may be a prefix
 	// of another's, or their scans would see each other's keys.
@@ -103,6 +115,9 @@ func (o *Options) Validate() error {
 	if o.MaxRequestBytes < 0 || (o.MaxRequestBytes > 0 && o.MaxRequestBytes <= requestReserveBytes) {
 		errs = append(errs, fmt.Errorf("MaxRequestBytes %d leaves no room for a request (at least %d bytes are needed)", o.MaxRequestBytes, requestReserveBytes+1))
 	}
+	if o.Password != "" && o.Username == "" {
+		errs = append(errs, errors.New("a Password without a Username"))
+	}
 	if o.ScanPageSize < 0 {
 		errs = append(errs, fmt.Errorf("ScanPageSize %d is negative", o.ScanPageSize))
 	}
@@ -119,6 +134,10 @@ func (o *Options) String() string {
 	if o.Client != nil {
 		client = "given"
 	}
-	return fmt.Sprintf("etcdkv.Options{Endpoints: %q, Client: %s, Prefix: %q, RequestTimeout: %v, DialTimeout: %v, MaxTxnOps: %d, MaxRequestBytes: %d, ScanPageSize: %d}",
-		o.Endpoints, client, o.Prefix, o.RequestTimeout, o.DialTimeout, o.MaxTxnOps, o.MaxRequestBytes, o.ScanPageSize)
+	password := "none"
+	if o.Password != "" {
+		password = "(set)"
+	}
+	return fmt.Sprintf("etcdkv.Options{Endpoints: %q, Client: %s, TLS: %v, Username: %q, Password: %s, Prefix: %q, RequestTimeout: %v, DialTimeout: %v, MaxTxnOps: %d, MaxRequestBytes: %d, ScanPageSize: %d}",
+		o.Endpoints, client, o.TLS != nil, o.Username, password, o.Prefix, o.RequestTimeout, o.DialTimeout, o.MaxTxnOps, o.MaxRequestBytes, o.ScanPageSize)
 }

@@ -22,6 +22,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"testing"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -292,5 +294,45 @@ func (c *Cluster) Running() []int {
 func (c *Cluster) Close() {
 	for i := range c.members {
 		c.Stop(i)
+	}
+}
+
+// Lazy starts one cluster for a test binary the first time a test asks for
+// it, so that the binary's other tests do not pay for it. Declare one per
+// package and call Close from TestMain after m.Run. It is safe for
+// concurrent use.
+type Lazy struct {
+	// Options configures the cluster Get starts.
+	Options Options
+
+	once    sync.Once
+	dir     string
+	cluster *Cluster
+	err     error
+}
+
+// Get returns the cluster, starting it on the first call; a start that
+// failed fails every caller's test.
+func (l *Lazy) Get(tb testing.TB) *Cluster {
+	tb.Helper()
+	l.once.Do(func() {
+		l.dir, l.err = os.MkdirTemp("", "etcdtest-")
+		if l.err == nil {
+			l.cluster, l.err = Start(l.dir, l.Options)
+		}
+	})
+	if l.err != nil {
+		tb.Fatalf("starting the etcd cluster: %v", l.err)
+	}
+	return l.cluster
+}
+
+// Close stops the cluster if Get started it and removes its data.
+func (l *Lazy) Close() {
+	if l.cluster != nil {
+		l.cluster.Close()
+	}
+	if l.dir != "" {
+		os.RemoveAll(l.dir)
 	}
 }
