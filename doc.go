@@ -140,6 +140,7 @@
 //	dio.go              path: direct read and write (directRead, directWrite, finishDirectWrite)
 //	buffered.go         path: buffered read with readahead, buffered write
 //	space.go            path: truncate, fallocate, SEEK_DATA/SEEK_HOLE (lockSpace)
+//	fiemap.go           path: FS_IOC_FIEMAP (File.Fiemap), under inode.mu
 //	copyrange.go        path: File.Extend and File.Modified, for copy_file_range
 //	writechecks.go      the write checks both write paths run (writeChecks, stripPrivs)
 //	zero.go             in-place zeroing on the device (zeroEOFTail, zeroBlockRange)

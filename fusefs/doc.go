@@ -200,6 +200,20 @@
 // fsync(2) of a file and of a directory (FSYNCDIR) are the durable paths.
 // SyncFS is there for a kernel that sends it.
 //
+// # What the kernel does not forward
+//
+// FS_IOC_FIEMAP never reaches the daemon: do_vfs_ioctl (fs/ioctl.c)
+// handles it itself, in ioctl_fiemap, which calls inode->i_op->fiemap and
+// answers EOPNOTSUPP when there is none, before any file's
+// unlocked_ioctl; FUSE's inode operations have no fiemap, so on 6.18
+// `filefrag` and `xfs_io -c fiemap` get EOPNOTSUPP on a mount and no
+// FUSE_IOCTL is sent. The engine's File.Fiemap serves the library.
+// fallocate(2)'s FALLOC_FL_COLLAPSE_RANGE and FALLOC_FL_INSERT_RANGE stop in
+// fuse_file_fallocate (fs/fuse/file.c), which refuses any mode bit but
+// KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE with EOPNOTSUPP before it builds a
+// FUSE_FALLOCATE; the engine serves them on the library and the ring.
+// TestLinuxAPIKernelRefusals records both on the running kernel.
+//
 // # Shutdown and stale mounts
 //
 // Server.Unmount unmounts (EBUSY while files are open); UnmountOptions.Lazy

@@ -273,7 +273,9 @@ func (fs *FS) Fsync(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 
 // Fallocate answers FALLOCATE: the kernel passes only the modes FUSE knows
 // (default, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE with or without
-// KEEP_SIZE), all of which the engine implements.
+// KEEP_SIZE), all of which the engine implements; COLLAPSE_RANGE and
+// INSERT_RANGE never arrive (fuse_file_fallocate refuses them, see the
+// package doc), and would be served if a kernel sent them.
 func (fs *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Status {
 	t := fs.start()
 	defer fs.done(opFallocate, t)

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -295,6 +297,66 @@ func TestDontCacheKernel(t *testing.T) {
 		}
 	default:
 		t.Fatalf("RWF_DONTCACHE on the mount: write %v, read %v", mw, mr)
+	}
+	e.checkClean()
+}
+
+// fiemapIoctl issues FS_IOC_FIEMAP with room for no extents (only the
+// count comes back), as `filefrag` does first.
+func fiemapIoctl(f *os.File) (mapped uint32, err error) {
+	// struct fiemap: fm_start, fm_length u64; fm_flags, fm_mapped_extents,
+	// fm_extent_count, fm_reserved u32.
+	var fm [32]byte
+	binary.NativeEndian.PutUint64(fm[8:], ^uint64(0))
+	const fsIocFiemap = 0xc020660b // _IOWR('f', 11, struct fiemap)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), fsIocFiemap, uintptr(unsafe.Pointer(&fm[0]))); e != 0 {
+		return 0, e
+	}
+	return binary.NativeEndian.Uint32(fm[20:]), nil
+}
+
+// TestLinuxAPIKernelRefusals records what the kernel does, on the host file
+// system and on the mount, with the calls of issue 20 that FUSE does not
+// forward: FS_IOC_FIEMAP (do_vfs_ioctl -> ioctl_fiemap answers EOPNOTSUPP
+// itself, as FUSE has no fiemap inode operation) and fallocate's
+// COLLAPSE_RANGE and INSERT_RANGE (fuse_file_fallocate refuses every mode
+// but KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE with EOPNOTSUPP). Neither
+// reaches sluice; the engine serves them on the library and the ring.
+func TestLinuxAPIKernelRefusals(t *testing.T) {
+	e := newMountEnv(t, envOpts{})
+	try := func(dir string) (fiemapErr, collapseErr, insertErr error) {
+		p := filepath.Join(dir, "fm")
+		if err := os.WriteFile(p, make([]byte, 64<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		_, fiemapErr = fiemapIoctl(f)
+		collapseErr = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, 4096)
+		insertErr = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_INSERT_RANGE, 0, 4096)
+		return
+	}
+	hf, hc, hi := try(t.TempDir())
+	t.Logf("host: FIEMAP %v, COLLAPSE_RANGE %v, INSERT_RANGE %v", hf, hc, hi)
+	mf, mc, mi := try(e.dir)
+	for _, c := range []struct {
+		name string
+		err  error
+	}{{"FS_IOC_FIEMAP", mf}, {"FALLOC_FL_COLLAPSE_RANGE", mc}, {"FALLOC_FL_INSERT_RANGE", mi}} {
+		switch {
+		case errors.Is(c.err, unix.EOPNOTSUPP):
+			t.Logf("%s on the mount: EOPNOTSUPP from the kernel, as on 6.18", c.name)
+		case c.err == nil:
+			t.Logf("this kernel passes %s to FUSE servers, and sluice served it", c.name)
+		default:
+			t.Errorf("%s on the mount: %v", c.name, c.err)
+		}
 	}
 	e.checkClean()
 }
