@@ -495,9 +495,16 @@ const (
 	FallocKeepSize  = 0x01 // FALLOC_FL_KEEP_SIZE
 	FallocPunchHole = 0x02 // FALLOC_FL_PUNCH_HOLE (with KEEP_SIZE)
 	FallocZeroRange = 0x10 // FALLOC_FL_ZERO_RANGE
+	// FallocCollapseRange (FALLOC_FL_COLLAPSE_RANGE) removes the
+	// block-aligned range, moving the rest of the file down; alone.
+	FallocCollapseRange = 0x08
+	// FallocInsertRange (FALLOC_FL_INSERT_RANGE) inserts a block-aligned
+	// hole, moving the rest of the file up; alone.
+	FallocInsertRange = 0x20
 )
 
-// Fallocate allocates, punches or zeroes [off, off+n) as fallocate(2).
+// Fallocate allocates, punches, zeroes, collapses or inserts [off, off+n)
+// as fallocate(2) on XFS (see the Falloc flags).
 func (f *File) Fallocate(mode uint32, off, n int64) error {
 	if err := f.begin(); err != nil {
 		return pathErr("fallocate", f.name, err)

@@ -163,17 +163,25 @@ var lockOps = map[string]lockOp{
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Truncate(2 * 4096) }
 	}},
-	"fallocate": {"fallocate, punch hole, zero range", func(e *testEnv) (*File, func() error) {
+	"fallocate": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Fallocate(0, 4*4096, 4096) }
 	}},
-	"punch-hole": {"fallocate, punch hole, zero range", func(e *testEnv) (*File, func() error) {
+	"punch-hole": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Fallocate(FallocPunchHole|FallocKeepSize, 0, 4096) }
 	}},
-	"zero-range": {"fallocate, punch hole, zero range", func(e *testEnv) (*File, func() error) {
+	"zero-range": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Fallocate(FallocZeroRange, 0, 4096) }
+	}},
+	"collapse-range": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
+		f := lockFile(e, O_DIRECT)
+		return f, func() error { return f.Fallocate(FallocCollapseRange, 0, 4096) }
+	}},
+	"insert-range": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
+		f := lockFile(e, O_DIRECT)
+		return f, func() error { return f.Fallocate(FallocInsertRange, 0, 4096) }
 	}},
 }
 

@@ -6,8 +6,8 @@ import (
 	"github.com/sluicefs/sluice/iolock"
 )
 
-// Space operations: truncate, fallocate (allocate, punch, zero range),
-// SEEK_DATA/SEEK_HOLE (the in-place zeroing they need is in zero.go, block
+// Space operations: truncate, fallocate (allocate, punch, zero range,
+// collapse range, insert range), SEEK_DATA/SEEK_HOLE (the in-place zeroing they need is in zero.go, block
 // allocation in allocate.go). Each takes the I/O lock
 // exclusive and drains in-flight direct I/O before it changes size or
 // blocks, so no direct write lands on a block after it was freed and no
@@ -88,7 +88,8 @@ func (in *inode) setSize(size int64, growOnly bool) error {
 
 // fallocate implements fallocate(2) for the modes sluice supports:
 // default (allocate unwritten blocks and extend), KEEP_SIZE, PUNCH_HOLE|
-// KEEP_SIZE and ZERO_RANGE (with or without KEEP_SIZE).
+// KEEP_SIZE, ZERO_RANGE (with or without KEEP_SIZE), COLLAPSE_RANGE and
+// INSERT_RANGE (shiftRange).
 func (in *inode) fallocate(mode uint32, off, n int64) error {
 	fs := in.fs
 	if err := checkFallocate(mode, off, n); err != nil {
@@ -108,6 +109,9 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 	}
 	if !isReg(fmode) {
 		return syscall.ENODEV
+	}
+	if mode == FallocCollapseRange || mode == FallocInsertRange {
+		return in.shiftRange(mode == FallocCollapseRange, off, n)
 	}
 	in.lockSpace()
 	defer in.io.Unlock(iolock.Exclusive)
@@ -185,19 +189,92 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 }
 
 // checkFallocate validates fallocate(2) arguments in Linux's order
-// (vfs_fallocate checks them before the file's access mode).
+// (vfs_fallocate checks them before the file's access mode). Modes are
+// exclusive, KEEP_SIZE aside, and as vfs_fallocate on 6.18 (since 6.13) a
+// mode combined with another, PUNCH_HOLE without KEEP_SIZE, and
+// COLLAPSE_RANGE or INSERT_RANGE with KEEP_SIZE, are EOPNOTSUPP (before
+// 6.13 the last two were EINVAL).
 func checkFallocate(mode uint32, off, n int64) error {
-	switch {
-	case off < 0 || n <= 0:
+	if off < 0 || n <= 0 {
 		return syscall.EINVAL
-	case mode&^(FallocKeepSize|FallocPunchHole|FallocZeroRange) != 0:
-		return syscall.EOPNOTSUPP
-	case mode&FallocPunchHole != 0 && mode&FallocKeepSize == 0:
-		return syscall.EOPNOTSUPP
-	case mode&FallocPunchHole != 0 && mode&FallocZeroRange != 0:
+	}
+	keep := mode&FallocKeepSize != 0
+	switch mode &^ FallocKeepSize {
+	case 0, FallocZeroRange:
+	case FallocPunchHole:
+		if !keep {
+			return syscall.EOPNOTSUPP
+		}
+	case FallocCollapseRange, FallocInsertRange:
+		if keep {
+			return syscall.EOPNOTSUPP
+		}
+	default:
 		return syscall.EOPNOTSUPP
 	}
 	return nil
+}
+
+// shiftRange implements FALLOC_FL_COLLAPSE_RANGE (collapse set) and
+// FALLOC_FL_INSERT_RANGE with XFS's rules (xfs_falloc_collapse_range,
+// xfs_falloc_insert_range): off and n must be multiples of the block size
+// (EINVAL); a collapse must end before EOF (EINVAL: reaching it would be a
+// truncate); an insert must start before EOF (EINVAL) and leave the size
+// within the largest (EFBIG). Under the exclusive I/O lock with direct I/O
+// drained, it writes back and drops the cached pages from off to EOF and
+// past (xfs_flush_unmap_range), waits for block writebacks there, then
+// moves the extents (extmap CollapseRange, InsertRange), frees the
+// collapsed blocks and changes the size in one metadata transaction: after
+// a crash the file is wholly as before or wholly as after (XFS shifts one
+// extent per transaction, and sets an insert's size in a transaction of
+// its own first).
+func (in *inode) shiftRange(collapse bool, off, n int64) error {
+	fs := in.fs
+	in.lockSpace()
+	defer in.io.Unlock(iolock.Exclusive)
+	bs := fs.blockSize
+	size := in.size()
+	switch {
+	case off%bs != 0 || n%bs != 0:
+		return syscall.EINVAL
+	case collapse && off+n >= size:
+		return syscall.EINVAL
+	case !collapse && maxFileSize-size < n:
+		return syscall.EFBIG
+	case !collapse && off >= size:
+		return syscall.EINVAL
+	}
+	// No cached page, dirty or clean, may stay where its bytes no longer
+	// are; writeback first, so every byte past off has its blocks.
+	if err := in.invalidateRange(off, maxFileSize); err != nil {
+		return err
+	}
+	fb, nb := uint64(off/bs), uint64(n/bs)
+	in.waitBlocksIdle(fb, ^uint64(0))
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		return err
+	}
+	t0 := now()
+	return fs.transact(func(t *txn) error {
+		if collapse {
+			if err := t.freeBlocks(m.CollapseRange(fb, nb, t.extents(in.ino))); err != nil {
+				return err
+			}
+			in.attr.Size -= uint64(n)
+		} else {
+			if err := m.InsertRange(fb, nb, t.extents(in.ino)); err != nil {
+				return err
+			}
+			in.attr.Size += uint64(n)
+		}
+		in.attr.Mtime, in.attr.Ctime = t0, t0
+		t.putInode(&in.attr)
+		in.attrDirty = false
+		return nil
+	})
 }
 
 // seekData implements SEEK_DATA (data true) and SEEK_HOLE from off. Dirty

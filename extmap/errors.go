@@ -40,7 +40,8 @@ func (s *sentinel) Unwrap() []error { return s.wraps }
 
 // Error describes a failed call, in the manner of os.PathError.
 type Error struct {
-	// Op is the function that failed: "insert", "load" or "check".
+	// Op is the function that failed: "insert", "insert range", "load" or
+	// "check".
 	Op string
 	// Extent is the extent the failure concerns (zero when none does).
 	Extent Extent

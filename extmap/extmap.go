@@ -91,8 +91,8 @@
 //
 // A Map does no locking. The engine guards each inode's Map with the
 // inode's extent mutex, short-held and never across device I/O. Mutations
-// (Insert, Convert, Unconvert, Remove, MarkDurable) need the lock held
-// exclusively; the queries (Lookup, At, NextData, NextHole, LastBlock,
+// (Insert, Convert, Unconvert, Remove, CollapseRange, InsertRange,
+// MarkDurable) need the lock held exclusively; the queries (Lookup, At, NextData, NextHole, LastBlock,
 // LastWritten, Extents, Len, Blocks, Pending, Check) only read, so they may
 // run concurrently with each other, for example under the read side of a
 // sync.RWMutex. A Recorder is called synchronously from inside the
@@ -100,9 +100,9 @@
 //
 // # Errors
 //
-// Insert fails with ErrInvalid or ErrMapped and then changes nothing; Load
-// and Check fail with ErrCorrupt. Every error is an *Error. The other
-// mutations cannot fail: ranges that run past block 2^64-1 are clipped
+// Insert fails with ErrInvalid or ErrMapped and InsertRange with
+// ErrInvalid, and then change nothing; Load and Check fail with
+// ErrCorrupt. Every error is an *Error. The other mutations cannot fail: ranges that run past block 2^64-1 are clipped
 // there, and n == 0 is a no-op.
 package extmap
 

@@ -239,8 +239,14 @@ func (h *harness) step() {
 				x.state, x.epoch = meta.Unwritten, 0
 			}
 		}
-	case op < 16:
+	case op < 15:
 		h.remove()
+	case op < 16:
+		if h.src.intn(2) == 0 {
+			h.collapse()
+		} else {
+			h.insertRange()
+		}
 	case op < 19:
 		upTo := uint64(h.src.intn(int(h.epoch) + 1))
 		h.logf("MarkDurable(%d)", upTo)
@@ -366,6 +372,84 @@ func (h *harness) remove() {
 	}
 	if !maps.Equal(got, want) {
 		h.fail("Remove freed %v (%d blocks), want %d blocks", freed, len(got), len(want))
+	}
+}
+
+// collapse runs CollapseRange and applies it to the model: the blocks of
+// the range go (their device blocks are what it must free), the blocks
+// after it move down.
+func (h *harness) collapse() {
+	fb, n := h.pickRange()
+	h.logf("CollapseRange(%d, %d)", fb, n)
+	freed := h.m.CollapseRange(fb, n, h)
+	want := map[uint64]bool{}
+	end := rangeEnd(fb, n)
+	for b := fb; b < end && b < uint64(len(h.model)); b++ {
+		if x := h.model[b]; x.mapped {
+			want[x.dev] = true
+			delete(h.used, x.dev)
+		}
+	}
+	if fb < uint64(len(h.model)) {
+		var rest []block
+		if end < uint64(len(h.model)) {
+			rest = h.model[end:]
+		}
+		h.model = append(h.model[:fb:fb], rest...)
+		if len(h.model) < 16 {
+			h.model = append(h.model, make([]block, 16-len(h.model))...)
+		}
+	}
+	h.checkFreed("CollapseRange", freed, want)
+}
+
+// insertRange runs InsertRange and applies it to the model: n holes at fb.
+func (h *harness) insertRange() {
+	fb := uint64(h.src.intn(len(h.model) + 4))
+	n := uint64(h.src.intn(1 + max(0, min(64, 1024-len(h.model)/2))))
+	if h.src.intn(30) == 0 {
+		// Past block 2^64-1: refused, nothing changes.
+		n = math.MaxUint64 - uint64(h.src.intn(4))
+		before := h.m.Extents()
+		h.logf("InsertRange(%d, %d) overflowing", fb, n)
+		err := h.m.InsertRange(fb, n, h)
+		if last, ok := h.m.LastBlock(); ok && last > fb && !errors.Is(err, ErrInvalid) {
+			h.fail("InsertRange(%d, %d) = %v, want ErrInvalid", fb, n, err)
+		}
+		if err != nil && (len(h.opKeys) != 0 || !slices.Equal(before, h.m.Extents())) {
+			h.fail("failed InsertRange changed something")
+		}
+		if err == nil && !slices.Equal(before, h.m.Extents()) {
+			h.fail("InsertRange with nothing at or after %d changed something", fb)
+		}
+		return
+	}
+	h.logf("InsertRange(%d, %d)", fb, n)
+	if err := h.m.InsertRange(fb, n, h); err != nil {
+		h.fail("InsertRange(%d, %d): %v", fb, n, err)
+	}
+	if fb < uint64(len(h.model)) {
+		h.model = slices.Insert(h.model, int(fb), make([]block, n)...)
+	}
+}
+
+// checkFreed checks that freed lists exactly the device blocks want,
+// sorted and coalesced.
+func (h *harness) checkFreed(op string, freed []DevRange, want map[uint64]bool) {
+	got := map[uint64]bool{}
+	for i, r := range freed {
+		if r.Len == 0 {
+			h.fail("%s returned an empty range: %v", op, freed)
+		}
+		if i > 0 && freed[i-1].End() >= r.Start {
+			h.fail("%s returned unsorted, overlapping or uncoalesced ranges: %v", op, freed)
+		}
+		for d := r.Start; d < r.End(); d++ {
+			got[d] = true
+		}
+	}
+	if !maps.Equal(got, want) {
+		h.fail("%s freed %v (%d blocks), want %d blocks", op, freed, len(got), len(want))
 	}
 }
 

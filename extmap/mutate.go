@@ -316,3 +316,86 @@ func (m *Map) trimScratch() {
 		m.new = nil
 	}
 }
+
+// CollapseRange removes file blocks [fb, fb+n) and moves every extent past
+// them n blocks down, so the blocks after the range follow the blocks
+// before it (FALLOC_FL_COLLAPSE_RANGE; analogous to XFS's
+// xfs_collapse_file_space, which punches the range and then shifts with
+// xfs_bmap_collapse_extents, one transaction per extent: here the whole
+// shift is one mutation, so the engine can commit it in one transaction).
+// Extents are split at fb and fb+n, and the extent that ends at fb merges
+// with the first one moved next to it if they are mergeable. It returns
+// the device blocks it freed, as Remove does. A range that runs past block
+// 2^64-1 is clipped there (nothing is left to move: it is Remove); n == 0
+// is a no-op. Every moved extent changes key, so the Recorder sees a
+// Delete or a Put for each record from fb on: O(k log n) for the k extents
+// at or after fb.
+func (m *Map) CollapseRange(fb, n uint64, rec Recorder) []DevRange {
+	lo, hi := fb, rangeEnd(fb, n)
+	if hi <= lo {
+		return nil
+	}
+	if hi == math.MaxUint64 {
+		return m.Remove(fb, n, rec)
+	}
+	shift := hi - lo
+	m.collect(lo, math.MaxUint64, true)
+	if len(m.old) == 0 {
+		m.trimScratch()
+		return nil
+	}
+	var freed []DevRange
+	m.new = m.new[:0]
+	for _, x := range m.old {
+		if x.FileBlock < lo {
+			// The extent that ends at or after lo: its part before lo stays.
+			m.new = append(m.new, x.piece(x.FileBlock, min(lo, x.End())))
+		}
+		if s, e := max(lo, x.FileBlock), min(hi, x.End()); s < e {
+			freed = append(freed, DevRange{Start: x.DevBlock + (s - x.FileBlock), Len: e - s})
+		}
+		if x.End() > hi {
+			y := x.piece(max(hi, x.FileBlock), x.End())
+			y.FileBlock -= shift
+			m.new = append(m.new, y)
+		}
+	}
+	m.normalize()
+	m.commit(rec)
+	return coalesce(freed)
+}
+
+// InsertRange moves every extent at or after file block fb n blocks up,
+// leaving [fb, fb+n) a hole (FALLOC_FL_INSERT_RANGE; analogous to XFS's
+// xfs_insert_file_space: split at fb with xfs_bmap_split_extent, then
+// xfs_bmap_insert_extents). An extent that contains fb is split there. It
+// fails with ErrInvalid, changing nothing, if a moved extent would run
+// past block 2^64-1; n == 0 is a no-op. As CollapseRange, it costs
+// O(k log n) for the k extents at or after fb, each of which changes key.
+func (m *Map) InsertRange(fb, n uint64, rec Recorder) error {
+	if n == 0 {
+		return nil
+	}
+	if last, ok := m.extents.Max(); ok && last.End() > fb && last.End() > math.MaxUint64-n {
+		return &Error{Op: "insert range", Extent: last, Err: detail(ErrInvalid, "would move past block 2^64-1 by %d blocks", n)}
+	}
+	if fb == math.MaxUint64 {
+		return nil
+	}
+	m.collect(fb, math.MaxUint64, false)
+	if len(m.old) == 0 {
+		m.trimScratch()
+		return nil
+	}
+	m.new = m.new[:0]
+	for _, x := range m.old {
+		if x.FileBlock < fb {
+			m.new = append(m.new, x.piece(x.FileBlock, fb))
+		}
+		y := x.piece(max(fb, x.FileBlock), x.End())
+		y.FileBlock += n
+		m.new = append(m.new, y)
+	}
+	m.commit(rec)
+	return nil
+}

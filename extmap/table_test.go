@@ -284,6 +284,38 @@ func TestTable(t *testing.T) {
 			op:   func(m *Map, r Recorder) any { return m.Remove(0, 2, r) },
 			want: "2+6@102 W4", recs: []string{"del 0", "put 2+6@102 U"}, ret: "[{100 2}]",
 		},
+		{
+			name: "collapse splits and moves down", start: "0+8@100 W; 10+2@200 U",
+			op:   func(m *Map, r Recorder) any { return m.CollapseRange(2, 4, r) },
+			want: "0+2@100 W; 2+2@106 W; 6+2@200 U", recs: []string{"put 0+2@100 W", "put 2+2@106 W", "put 6+2@200 U", "del 10"},
+			ret: "[{102 4}]",
+		},
+		{
+			name: "collapse rejoins what an insert split", start: "0+2@100 W; 4+6@102 W",
+			op:   func(m *Map, r Recorder) any { return m.CollapseRange(2, 2, r) },
+			want: "0+8@100 W", recs: []string{"put 0+8@100 W", "del 4"}, ret: "[]",
+		},
+		{
+			name: "collapse of a hole moves a pending extent", start: "4+2@100 W3",
+			op:   func(m *Map, r Recorder) any { return m.CollapseRange(0, 4, r) },
+			want: "0+2@100 W3", recs: []string{"put 0+2@100 U", "del 4"}, ret: "[]",
+		},
+		{
+			name: "insert range splits and moves up", start: "0+8@100 W; 10+2@200 U",
+			op:   func(m *Map, r Recorder) any { return m.InsertRange(2, 3, r) },
+			want: "0+2@100 W; 5+6@102 W; 13+2@200 U", recs: []string{"put 0+2@100 W", "put 5+6@102 W", "del 10", "put 13+2@200 U"},
+			ret: "<nil>",
+		},
+		{
+			name: "insert range past 2^64-1", start: "0+8@100 W",
+			op:   func(m *Map, r Recorder) any { return m.InsertRange(0, math.MaxUint64-4, r) != nil },
+			want: "0+8@100 W", ret: "true",
+		},
+		{
+			name: "insert range after the last extent", start: "0+8@100 W",
+			op:   func(m *Map, r Recorder) any { return m.InsertRange(8, 4, r) },
+			want: "0+8@100 W", ret: "<nil>",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -201,6 +201,7 @@
 //	(xfs_setattr_size)            |                       |                       |
 //
 //	fallocate, punch hole, zero   | Exclusive; drain      | same                  | same
+//	range, collapse and insert    |                       |                       |
 //	range                         |                       |                       |
 //	(__xfs_file_fallocate)        |                       |                       |
 //
