@@ -488,7 +488,8 @@ func (in *inode) copyToPages(k *kiocb, publish bool) (int64, error) {
 		if next := pos + int64(to-from); publish && next > size {
 			grow = next
 		}
-		if err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, grow, k.nowait, k.dontcache); err != nil {
+		var grown int64
+		if grown, err = in.writePage(idx, from, to, k.buf[done:done+int64(to-from)], size, grow, k.nowait, k.dontcache); err != nil {
 			if reserved { // writePage fails before it dirties anything
 				in.unreserveDelalloc(blk)
 			}
@@ -497,7 +498,7 @@ func (in *inode) copyToPages(k *kiocb, publish bool) (int64, error) {
 		done += int64(to - from)
 		pos += int64(to - from)
 		if grow > 0 {
-			size = in.size()
+			size = grown
 			fs.markDirty(in)
 		}
 	}
@@ -608,17 +609,18 @@ func (in *inode) dropCleanLocked(p *pagecache.Page) {
 
 // writePage copies data into bytes [from, to) of page idx; size is the EOF
 // the page is judged against (readBeforeWrite). With grow > 0, the size is
-// raised to grow (if smaller) before the page is unlocked.
+// raised to grow (if smaller) before the page is unlocked, and the size
+// after that is returned.
 //
 // Preconditions: as copyToPages.
-func (in *inode) writePage(idx uint64, from, to int, data []byte, size, grow int64, nowait, dontcache bool) error {
+func (in *inode) writePage(idx uint64, from, to int, data []byte, size, grow int64, nowait, dontcache bool) (grown int64, err error) {
 	for {
 		p, created, err := in.pages.GetOrCreate(idx, nowait)
 		if err != nil {
 			if err == pagecache.ErrNoRoom && nowait {
-				return in.fs.nowaitEAGAIN(nwCacheFull)
+				return 0, in.fs.nowaitEAGAIN(nwCacheFull)
 			}
-			return eio(err)
+			return 0, eio(err)
 		}
 		switch {
 		case created && dontcache:
@@ -630,7 +632,7 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size, grow int
 			if nowait {
 				if !p.TryLock() {
 					in.pages.Release(p)
-					return in.fs.nowaitEAGAIN(nwPageBusy)
+					return 0, in.fs.nowaitEAGAIN(nwPageBusy)
 				}
 			} else {
 				p.Lock()
@@ -648,6 +650,7 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size, grow int
 				in.attr.Size = uint64(grow)
 			}
 			in.attrDirty = true
+			grown = int64(in.attr.Size)
 			in.mu.Unlock()
 		}
 		if h := in.fs.hooks.pageWritten; h != nil && err == nil {
@@ -655,7 +658,7 @@ func (in *inode) writePage(idx uint64, from, to int, data []byte, size, grow int
 		}
 		p.Unlock()
 		in.pages.Release(p)
-		return err
+		return grown, err
 	}
 }
 

@@ -2,11 +2,9 @@ package sluice
 
 import (
 	"bytes"
-	"context"
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/sluicefs/sluice/device/faultdev"
 )
@@ -39,8 +37,7 @@ func TestConversionsShareCommit(t *testing.T) {
 			}
 		}()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := heldCtx(t)
 	if err := g.WaitHeld(ctx, n); err != nil {
 		t.Fatal(err)
 	}

@@ -19,18 +19,7 @@ func TestDirectIONoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	dir := filepath.Join(t.TempDir(), "vol")
-	if err := volume.Mkfs(dir, volume.MkfsOptions{Size: 64 << 20}); err != nil {
-		if errors.Is(err, directdev.ErrNoDirectIO) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	fs, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
+	fs := deviceFS(t)
 	f, err := fs.OpenFile("/f", O_RDWR|O_CREAT|O_DIRECT, 0o644)
 	if err != nil {
 		t.Fatal(err)
@@ -71,18 +60,7 @@ func TestBufferedReadAsyncAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	dir := filepath.Join(t.TempDir(), "vol")
-	if err := volume.Mkfs(dir, volume.MkfsOptions{Size: 64 << 20}); err != nil {
-		if errors.Is(err, directdev.ErrNoDirectIO) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	fs, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
+	fs := deviceFS(t)
 	const pages = 1024
 	want := pattern(pages*4096, 3)
 	w, err := fs.OpenFile("/f", O_RDWR|O_CREAT|O_DIRECT, 0o644)
@@ -183,4 +161,24 @@ func goroutinesCreated() uint64 {
 	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
 	metrics.Read(s)
 	return s[0].Value.Uint64()
+}
+
+// deviceFS opens a new 64 MiB volume over the real data device
+// (directdev), closed at the end of the test; it skips where the host
+// refuses O_DIRECT.
+func deviceFS(t *testing.T) *FS {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "vol")
+	if err := volume.Mkfs(dir, volume.MkfsOptions{Size: 64 << 20}); err != nil {
+		if errors.Is(err, directdev.ErrNoDirectIO) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	fs, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close() })
+	return fs
 }

@@ -165,6 +165,17 @@ func mkfsIn(dir string, o MkfsOptions) error {
 	if err := makeData(dir, o); err != nil {
 		return err
 	}
+	kv, err := meta.OpenPebble(metaPath(dir), meta.PebbleOptions{CreateIfMissing: true})
+	if err != nil {
+		return err
+	}
+	defer kv.Close()
+	return formatData(dir, o, kv)
+}
+
+// formatData opens dir's data device with o's I/O unit and formats the
+// volume on it, its metadata in kv.
+func formatData(dir string, o MkfsOptions, kv meta.KV) error {
 	devOpts := o.Device
 	devOpts.IOUnit = o.IOUnit
 	dev, err := directdev.Open(dataPath(dir), devOpts)
@@ -172,15 +183,8 @@ func mkfsIn(dir string, o MkfsOptions) error {
 		return err
 	}
 	defer dev.Close()
-	kv, err := meta.OpenPebble(metaPath(dir), meta.PebbleOptions{CreateIfMissing: true})
-	if err != nil {
-		return err
-	}
-	defer kv.Close()
-	if _, err := Format(dev, kv, FormatOptions{BlockSize: o.BlockSize, Size: o.Size}); err != nil {
-		return err
-	}
-	return nil
+	_, err = Format(dev, kv, FormatOptions{BlockSize: o.BlockSize, Size: o.Size})
+	return err
 }
 
 // mkfsEtcdIn makes the volume in the prepared and locked directory dir,
@@ -198,14 +202,7 @@ func mkfsEtcdIn(dir string, o MkfsOptions) error {
 	if err := makeSharedData(dir, o); err != nil {
 		return err
 	}
-	devOpts := o.Device
-	devOpts.IOUnit = o.IOUnit
-	dev, err := directdev.Open(dataPath(dir), devOpts)
-	if err != nil {
-		return err
-	}
-	defer dev.Close()
-	if _, err := Format(dev, kv, FormatOptions{BlockSize: o.BlockSize, Size: o.Size}); err != nil {
+	if err := formatData(dir, o, kv); err != nil {
 		return err
 	}
 	return writePointer(dir, eo.pointer())
