@@ -95,3 +95,28 @@ func BenchmarkConvertDurable(b *testing.B) {
 		m.Unconvert(e.FileBlock, e.Len, nil)
 	}
 }
+
+// BenchmarkRemapDurable remaps a random written extent of a 100k extent map
+// to new device blocks at a new epoch and marks the epoch durable: the
+// copy-on-write-then-fsync cycle of a reflinked file.
+func BenchmarkRemapDurable(b *testing.B) {
+	recs := sparseRecords(100_000)
+	m, err := Load(recs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	last := recs[len(recs)-1]
+	dev := last.DevBlock + last.Len // past every device block
+	var epoch uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		e := recs[2*r.IntN(len(recs)/2)]
+		epoch++
+		if _, err := m.Remap(e.FileBlock, e.Len, dev, epoch, nil); err != nil {
+			b.Fatal(err)
+		}
+		m.MarkDurable(epoch, nil)
+		dev += e.Len
+	}
+}

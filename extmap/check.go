@@ -6,9 +6,13 @@ import "slices"
 // ErrCorrupt describing the first one broken:
 //
 //   - every extent is valid (non-empty, no overflow, known state,
-//     Unwritten only with Epoch 0);
+//     Unwritten only with Epoch 0, Remapped only when Written with Epoch
+//     > 0, OldDevBlock 0 unless Remapped);
 //   - extents are sorted by FileBlock and disjoint in the file;
-//   - no two extents share a device block;
+//   - two extents share a device block only if both are durable written
+//     (Written, Epoch 0): the blocks of an unwritten extent, a pending
+//     conversion or a remap (DevBlock; its old blocks are not checked)
+//     overlap no other extent's (see the package doc, Extents);
 //   - no two neighbours are mergeable, unless Load was given mergeable
 //     records (the map keeps their boundaries; see the package doc);
 //   - Blocks() is the sum of the lengths, and the pending index holds
@@ -31,7 +35,7 @@ func (m *Map) Check() error {
 	m.extents.Ascend(func(e Extent) bool {
 		switch {
 		case !e.valid():
-			err = bad(e, "empty, overflowing, of unknown state, or unwritten with an epoch")
+			err = bad(e, "empty, overflowing, of unknown state, unwritten with an epoch, or wrongly remapped")
 		case have && prev.End() > e.FileBlock:
 			err = bad(e, "overlaps or is out of order with %v", prev)
 		case have && !m.unmerged && mergeable(prev, e):

@@ -13,7 +13,8 @@ import (
 var (
 	// ErrInvalid: an argument is malformed (an extent of length zero, one
 	// whose file or device range overflows, an unknown state, an unwritten
-	// extent with a non-zero epoch). A caller bug. Wraps EINVAL.
+	// extent with a non-zero epoch, a remap of epoch 0 or of blocks that
+	// are not durable written or remapped). A caller bug. Wraps EINVAL.
 	ErrInvalid error = &sentinel{msg: "invalid extent", wraps: []error{syscall.EINVAL}}
 
 	// ErrMapped: Insert was given a range that is not wholly a hole. A
@@ -22,7 +23,8 @@ var (
 	ErrMapped error = &sentinel{msg: "range already mapped", wraps: []error{syscall.EEXIST}}
 
 	// ErrCorrupt: records given to Load are inconsistent (overlapping in
-	// the file or on the device, empty, overflowing, of unknown state), or
+	// the file, or on the device unless both are written; empty,
+	// overflowing, of unknown state), or
 	// Check found a broken invariant. Wraps meta.ErrCorrupt and EUCLEAN
 	// (the kernel's EFSCORRUPTED).
 	ErrCorrupt error = &sentinel{msg: "extent map corrupt", wraps: []error{meta.ErrCorrupt, syscall.EUCLEAN}}
@@ -40,8 +42,8 @@ func (s *sentinel) Unwrap() []error { return s.wraps }
 
 // Error describes a failed call, in the manner of os.PathError.
 type Error struct {
-	// Op is the function that failed: "insert", "insert range", "load" or
-	// "check".
+	// Op is the function that failed: "insert", "remap", "insert range",
+	// "load" or "check".
 	Op string
 	// Extent is the extent the failure concerns (zero when none does).
 	Extent Extent

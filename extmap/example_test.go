@@ -52,3 +52,39 @@ func Example() {
 	//   put 4: 4+4 @1004 written
 	// pending: false
 }
+
+// A write into device blocks that the file shares with a clone (reflink):
+// copy-on-write to staged blocks, then the fsync that makes them durable.
+func ExampleMap_Remap() {
+	// 8 written blocks at device block 1000, shared with another file.
+	m, _ := extmap.Load([]meta.Extent{{FileBlock: 0, DevBlock: 1000, Len: 8, State: meta.Written}})
+
+	// A write of blocks 2..3 went out of place, to staged device blocks
+	// 5000..5001, and completed during epoch 4: reads see the new blocks
+	// at once, but the records keep naming the old ones.
+	fmt.Println("write completes")
+	released, _ := m.Remap(2, 2, 5000, 4, printRec{})
+	fmt.Println("  staged blocks released:", released)
+	for _, s := range m.Lookup(0, 8, nil) {
+		fmt.Printf("  read sees %d+%d @%d\n", s.FileBlock, s.Len, s.DevBlock)
+	}
+
+	// fsync: the device flush of epoch 4 has completed.
+	fmt.Println("fsync")
+	for _, r := range m.MarkDurable(4, printRec{}) {
+		fmt.Printf("  drop a reference to %d+%d, unstage %d+%d\n", r.Old.Start, r.Old.Len, r.New.Start, r.New.Len)
+	}
+
+	// Output:
+	// write completes
+	//   put 0: 0+2 @1000 written
+	//   put 2: 2+2 @1002 written
+	//   put 4: 4+4 @1004 written
+	//   staged blocks released: []
+	//   read sees 0+2 @1000
+	//   read sees 2+2 @5000
+	//   read sees 4+4 @1004
+	// fsync
+	//   put 2: 2+2 @5000 written
+	//   drop a reference to 1002+2, unstage 5000+2
+}

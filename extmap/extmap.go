@@ -9,8 +9,19 @@
 // An Extent maps Len file blocks from FileBlock to device blocks from
 // DevBlock, in state Written or Unwritten. The map keeps its extents
 // non-empty, disjoint and sorted by FileBlock, and never lets an extent run
-// past block 2^64-1 (so the block numbered math.MaxUint64 is never mapped,
-// and NextHole always has an answer).
+// past block 2^64-1 in the file or on the device (so the block numbered
+// math.MaxUint64 is never mapped, and NextHole always has an answer).
+//
+// With reflink, device blocks may be shared, and one file may map the same
+// device block more than once (a clone of a range of the file into another
+// range of the same file). Only durable written blocks are ever shared:
+// extents may overlap on the device only when both are Written with Epoch
+// 0. The device blocks of every other extent (an
+// unwritten extent, a pending conversion, the new blocks of a remap; see
+// Copy-on-write remaps) belong to it alone, and overlap no other extent's.
+// The blocks a remap replaced (Extent.OldDevBlock) are not counted: they
+// are a reference its record holds, not blocks the map reads. The map does
+// not count references; the engine does, outside it.
 //
 // # Durability epochs
 //
@@ -49,12 +60,16 @@
 // Records that did not change are not reported: a mutation reports only
 // the extents it split, merged, changed or removed, and a change that
 // leaves the persisted record as it was (for instance an Epoch that moves
-// from one non-zero value to another) reports nothing for that record.
+// from one non-zero value to another, or a remap of a durable written
+// extent, whose record keeps naming the old blocks) reports nothing for
+// that record.
 //
 // # Merging
 //
 // Two extents are mergeable when they touch in the file and on the device,
-// have the same State and the same Epoch. Every mutation merges the
+// have the same State and the same Epoch, and are both plain or both
+// remapped, with old blocks that touch too (so that the merged extent's
+// record is the two records joined). Every mutation merges the
 // extents it creates or changes with mergeable neighbours, so a map built
 // by mutations alone (or loaded from merged records) never holds a
 // mergeable pair; Check verifies it. Load keeps the records' boundaries as
@@ -68,42 +83,82 @@
 // merging keeps every block's epoch exact, so MarkDurable(E) makes durable
 // exactly the blocks whose data flush E covered.
 //
+// # Copy-on-write remaps
+//
+// A write into a shared device block (see Extents) must not change it in
+// place. The engine writes the new data out of place, to a freshly
+// allocated "staged" block, and once that write has completed calls Remap,
+// which maps the file block to the staged block in core at once (reads
+// must see the new data). The persisted record, though, must go on naming
+// the old block until a device flush has made the new block's data
+// durable: a crash before that flush must find the old data, which is
+// durable, and never a record naming a block whose data the device may
+// have lost. So a remapped extent is pending, like a conversion: it has
+// Remapped set, OldDevBlock the block it replaced, and Epoch the epoch
+// whose flush makes its data durable; Extent.Persisted gives its record,
+// {FileBlock, OldDevBlock, Len, Written}. This is the deferral of the
+// durability epochs, applied to the device block instead of the state, and
+// it has the same rule: the engine may Remap only blocks whose data is on
+// the device, and must pick the epoch after the write has completed.
+//
+// Remap takes only blocks that are durable written or already remapped
+// (unwritten blocks and pending conversions are never shared: the engine
+// writes them in place). A block remapped again keeps its old block, the
+// one its record names, and Remap returns the staged blocks it replaces,
+// which no record names, for the engine to free at once.
+//
+// MarkDurable(E) switches the record of every remap with epoch <= E to its
+// new blocks, and returns a Remapping{Old, New} for each: the engine then
+// drops one reference to Old and marks New no longer staged, in the
+// metadata batch that the fsync syncs. Unconvert of a remapped block
+// reports the same, since its record then names the new blocks
+// (Unwritten). Remove and CollapseRange return, for a remapped block, both
+// its new block (staged, named by no record) and its old one (the
+// reference its record held): the engine, which knows which blocks are
+// staged, tells them apart. InsertRange moves remapped extents as it moves
+// any other.
+//
 // # Costs
 //
 // The extents live in a B-tree ordered by End (the same order as by
 // FileBlock, and the extent that contains a block is then found in one
-// descent); pending extents are also indexed by (Epoch, FileBlock). A map
-// of at most 64 extents (a preallocated or sequentially written file) also
-// keeps them in a flat sorted slice, which Lookup and At binary-search
-// without the B-tree's callbacks (a one-block Lookup in a two-extent map,
-// BenchmarkLookup: about 60 ns instead of 175 on a loaded 2-CPU VM), and
-// which every mutation rebuilds. Lookup,
-// At, NextData, LastBlock and every mutation cost O(log n + k), where k is
+// descent); pending extents (conversions and remaps) are also indexed by
+// (Epoch, FileBlock). A map of at most 64 extents (a preallocated or
+// sequentially written file) also keeps them in a flat sorted slice, which
+// Lookup and At binary-search without the B-tree's callbacks (a one-block
+// Lookup in a two-extent map, BenchmarkLookup: about 60 ns instead of 175
+// on a loaded 2-CPU VM), and which every mutation rebuilds. Lookup, At,
+// NextData, LastBlock and every mutation cost O(log n + k), where k is
 // the number of extents the call returns or touches; Lookup, Convert,
 // Unconvert and MarkDurable allocate nothing once the map's scratch space
-// has grown (B-tree nodes aside). MarkDurable costs O(1) when nothing is
-// pending, O(log p) for p pending extents none of which is due, and
-// O((k+1) log n) for k pending extents made durable. NextHole walks the run of touching extents
-// from its start; LastWritten walks back over trailing unwritten extents.
-// Load, Extents and Check are O(n) or O(n log n).
+// has grown (B-tree nodes aside), except the Remappings that Unconvert and
+// MarkDurable return when they touch remapped extents; Remap, Remove and
+// CollapseRange allocate the ranges they return. MarkDurable costs O(1)
+// when nothing is pending, O(log p) for p pending extents none of which is
+// due, and O((k+1) log n) for k pending extents made durable. NextHole
+// walks the run of touching extents from its start; LastWritten walks back
+// over trailing unwritten extents. Load, Extents and Check are O(n) or
+// O(n log n).
 //
 // # Concurrency
 //
 // A Map does no locking. The engine guards each inode's Map with the
 // inode's extent mutex, short-held and never across device I/O. Mutations
-// (Insert, Convert, Unconvert, Remove, CollapseRange, InsertRange,
-// MarkDurable) need the lock held exclusively; the queries (Lookup, At, NextData, NextHole, LastBlock,
-// LastWritten, Extents, Len, Blocks, Pending, Check) only read, so they may
-// run concurrently with each other, for example under the read side of a
-// sync.RWMutex. A Recorder is called synchronously from inside the
-// mutation, while the Map is half-updated: it must not call the Map.
+// (Insert, Convert, Unconvert, Remap, Remove, CollapseRange, InsertRange,
+// MarkDurable) need the lock held exclusively; the queries (Lookup, At,
+// NextData, NextHole, LastBlock, LastWritten, Extents, Len, Blocks,
+// Pending, PendingLen, Check) only read, so they may run concurrently with
+// each other, for example under the read side of a sync.RWMutex. A
+// Recorder is called synchronously from inside the mutation, while the Map
+// is half-updated: it must not call the Map.
 //
 // # Errors
 //
-// Insert fails with ErrInvalid or ErrMapped and InsertRange with
-// ErrInvalid, and then change nothing; Load and Check fail with
-// ErrCorrupt. Every error is an *Error. The other mutations cannot fail: ranges that run past block 2^64-1 are clipped
-// there, and n == 0 is a no-op.
+// Insert fails with ErrInvalid or ErrMapped, and Remap and InsertRange
+// with ErrInvalid, and then change nothing; Load and Check fail with
+// ErrCorrupt. Every error is an *Error. The other mutations cannot fail:
+// ranges that run past block 2^64-1 are clipped there, and n == 0 is a
+// no-op.
 package extmap
 
 import (
@@ -123,52 +178,89 @@ type Extent struct {
 	// State is the in-core state: Written blocks read as the data stored
 	// on the device, Unwritten blocks read as zeros.
 	State meta.ExtentState
-	// Epoch is 0 when the persisted record states State. A Written extent
-	// with Epoch > 0 was converted from unwritten in core at conversion
-	// epoch Epoch, but its data is not yet known durable, so its
-	// persisted record still says Unwritten (a crash must show zeros,
-	// never stale blocks). Unwritten extents have Epoch 0.
+	// Remapped is set only on a Written extent with Epoch > 0 whose blocks
+	// replaced, by copy-on-write, the durable written blocks starting at
+	// OldDevBlock (see the package doc, Copy-on-write remaps): its
+	// persisted record still maps FileBlock..+Len to OldDevBlock, Written,
+	// until MarkDurable covers Epoch. (Declared beside State, so that an
+	// Extent stays 48 bytes.)
+	Remapped bool
+	// Epoch is 0 when the persisted record states State and DevBlock. A
+	// Written extent with Epoch > 0 was converted from unwritten in core
+	// at conversion epoch Epoch, but its data is not yet known durable, so
+	// its persisted record still says Unwritten (a crash must show zeros,
+	// never stale blocks); or, if Remapped, still names OldDevBlock.
+	// Unwritten extents have Epoch 0.
 	Epoch uint64
+	// OldDevBlock is the first device block that a Remapped extent
+	// replaced, which its persisted record still names; 0 unless Remapped.
+	OldDevBlock uint64
 }
 
 // End returns the file block after the extent's last.
 func (e Extent) End() uint64 { return e.FileBlock + e.Len }
 
 // Persisted returns the record to store for e: the same extent, with State
-// Unwritten while Epoch > 0.
+// Unwritten while Epoch > 0, except that a Remapped extent's record is
+// {FileBlock, OldDevBlock, Len, Written}.
 func (e Extent) Persisted() meta.Extent {
-	s := e.State
-	if e.Epoch > 0 {
-		s = meta.Unwritten
+	switch {
+	case e.Remapped:
+		return meta.Extent{FileBlock: e.FileBlock, DevBlock: e.OldDevBlock, Len: e.Len, State: meta.Written}
+	case e.Epoch > 0:
+		return meta.Extent{FileBlock: e.FileBlock, DevBlock: e.DevBlock, Len: e.Len, State: meta.Unwritten}
 	}
-	return meta.Extent{FileBlock: e.FileBlock, DevBlock: e.DevBlock, Len: e.Len, State: s}
+	return meta.Extent{FileBlock: e.FileBlock, DevBlock: e.DevBlock, Len: e.Len, State: e.State}
 }
 
 func (e Extent) String() string {
-	if e.Epoch > 0 {
+	switch {
+	case e.Remapped:
+		return fmt.Sprintf("[%d+%d @%d %v epoch %d, remap of @%d]", e.FileBlock, e.Len, e.DevBlock, e.State, e.Epoch, e.OldDevBlock)
+	case e.Epoch > 0:
 		return fmt.Sprintf("[%d+%d @%d %v epoch %d]", e.FileBlock, e.Len, e.DevBlock, e.State, e.Epoch)
 	}
 	return fmt.Sprintf("[%d+%d @%d %v]", e.FileBlock, e.Len, e.DevBlock, e.State)
 }
 
 // valid reports whether e is a well-formed extent: non-empty, not running
-// past block 2^64-1 in the file or on the device, of a known state, and
-// unwritten only with Epoch 0.
+// past block 2^64-1 in the file or on the device, of a known state,
+// unwritten only with Epoch 0, and either Remapped (then Written, with
+// Epoch > 0, and old blocks not running past block 2^64-1 either) or with
+// OldDevBlock 0.
 func (e Extent) valid() bool {
-	return e.Len > 0 && e.FileBlock+e.Len > e.FileBlock && e.DevBlock+e.Len > e.DevBlock &&
-		(e.State == meta.Written || (e.State == meta.Unwritten && e.Epoch == 0))
+	if !(e.Len > 0 && e.FileBlock+e.Len > e.FileBlock && e.DevBlock+e.Len > e.DevBlock &&
+		(e.State == meta.Written || (e.State == meta.Unwritten && e.Epoch == 0))) {
+		return false
+	}
+	if e.Remapped {
+		return e.State == meta.Written && e.Epoch > 0 && e.OldDevBlock+e.Len > e.OldDevBlock
+	}
+	return e.OldDevBlock == 0
+}
+
+// shareable reports whether e's device blocks may be shared with other
+// extents: whether e is durable written (see the package doc, Extents).
+func (e Extent) shareable() bool {
+	return e.State == meta.Written && e.Epoch == 0
 }
 
 // piece returns the part of e that covers file blocks [lo, hi), which must
 // lie inside e.
 func (e Extent) piece(lo, hi uint64) Extent {
-	return Extent{FileBlock: lo, DevBlock: e.DevBlock + (lo - e.FileBlock), Len: hi - lo, State: e.State, Epoch: e.Epoch}
+	p := Extent{FileBlock: lo, DevBlock: e.DevBlock + (lo - e.FileBlock), Len: hi - lo, State: e.State, Epoch: e.Epoch}
+	if e.Remapped {
+		p.Remapped, p.OldDevBlock = true, e.OldDevBlock+(lo-e.FileBlock)
+	}
+	return p
 }
 
 // mergeable reports whether b can be appended to a as one extent: they
-// touch in the file and on the device, and have the same state and epoch.
+// touch in the file and on the device, have the same state and epoch, and
+// are both plain or both remapped with old blocks that touch as well.
 func mergeable(a, b Extent) bool {
-	return a.End() == b.FileBlock && a.DevBlock+a.Len == b.DevBlock && a.State == b.State && a.Epoch == b.Epoch
+	return a.End() == b.FileBlock && a.DevBlock+a.Len == b.DevBlock && a.State == b.State && a.Epoch == b.Epoch &&
+		a.Remapped == b.Remapped && (!a.Remapped || a.OldDevBlock+a.Len == b.OldDevBlock)
 }
 
 // Recorder receives the changes a mutation makes to the persisted extent
@@ -191,7 +283,8 @@ type Segment struct {
 	// Hole is set when no extent maps the segment; DevBlock and State are
 	// then zero.
 	Hole bool
-	// DevBlock is the device block that backs FileBlock.
+	// DevBlock is the device block that backs FileBlock in core (for a
+	// remapped extent the new block, whose data reads must see).
 	DevBlock uint64
 	// State is the in-core state (Written for an extent converted but not
 	// yet durable: its data is on the device, and reads must see it).
@@ -209,8 +302,17 @@ type DevRange struct {
 // End returns the device block after the range's last.
 func (r DevRange) End() uint64 { return r.Start + r.Len }
 
+// Remapping reports a remap whose record MarkDurable or Unconvert switched
+// from the old device blocks to the new ones (see the package doc,
+// Copy-on-write remaps): the file blocks that Old backed in the record are
+// now backed by New, block for block (Old.Len == New.Len). The engine
+// drops one reference to Old and marks New no longer staged.
+type Remapping struct {
+	Old, New DevRange
+}
+
 // btreeDegree is the degree of both B-trees: nodes of up to 63 items,
-// 2.5 KiB of extents, a few cache lines per level searched.
+// 3 KiB of extents, a few cache lines per level searched.
 const btreeDegree = 32
 
 // pendingKey indexes a pending extent (Epoch > 0) by epoch, for
@@ -254,7 +356,7 @@ type Map struct {
 }
 
 // smallMax is the most extents a map keeps in its flat index (Map.small):
-// 64 extents are 2.5 KiB, copied once per mutation.
+// 64 extents are 3 KiB, copied once per mutation.
 const smallMax = 64
 
 // reindex rebuilds the flat index after a mutation.
@@ -286,8 +388,10 @@ func New() *Map {
 // order. Every extent gets Epoch 0: the records state what they state.
 // Boundaries are kept as they are, even between mergeable records. It fails
 // with ErrCorrupt if a record is empty, runs past block 2^64-1 in the file
-// or on the device, has an unknown state, or overlaps another in the file
-// or on the device.
+// or on the device, has an unknown state, or overlaps another in the file,
+// or if an Unwritten record shares a device block with another record
+// (two Written records may share device blocks: see the package doc,
+// Extents).
 func Load(records []meta.Extent) (*Map, error) {
 	m := New()
 	sorted := make([]Extent, len(records))
@@ -321,12 +425,29 @@ func Load(records []meta.Extent) (*Map, error) {
 }
 
 // checkDevOverlap returns an error if two of the extents share a device
-// block. It sorts exts.
+// block (of their DevBlock ranges: a remap's old blocks are not checked)
+// and one of them is not shareable. It sorts exts by DevBlock and sweeps
+// them, keeping the extent that reaches furthest on the device among those
+// seen, and among the unshareable ones seen: an extent overlaps an earlier
+// one exactly when it starts before the end of the first, and an earlier
+// unshareable one exactly when it starts before the end of the second.
 func checkDevOverlap(op string, exts []Extent) error {
 	slices.SortFunc(exts, func(a, b Extent) int { return cmpUint64(a.DevBlock, b.DevBlock) })
-	for i := 1; i < len(exts); i++ {
-		if a, b := exts[i-1], exts[i]; a.DevBlock+a.Len > b.DevBlock {
-			return &Error{Op: op, Extent: b, Err: detail(ErrCorrupt, "shares device blocks with %v", a)}
+	// far and farOwn are zero (ending at block 0) until there is one.
+	var far, farOwn Extent
+	for _, b := range exts {
+		a, overlap := farOwn, farOwn.DevBlock+farOwn.Len > b.DevBlock
+		if !overlap && !b.shareable() {
+			a, overlap = far, far.DevBlock+far.Len > b.DevBlock
+		}
+		if overlap {
+			return &Error{Op: op, Extent: b, Err: detail(ErrCorrupt, "shares device blocks with %v, and one is not durable written", a)}
+		}
+		if b.DevBlock+b.Len > far.DevBlock+far.Len {
+			far = b
+		}
+		if !b.shareable() && b.DevBlock+b.Len > farOwn.DevBlock+farOwn.Len {
+			farOwn = b
 		}
 	}
 	return nil
@@ -531,7 +652,8 @@ func (m *Map) Len() int { return m.extents.Len() }
 func (m *Map) Blocks() uint64 { return m.blocks }
 
 // Pending reports whether some extent has Epoch > 0, that is, whether some
-// persisted record says Unwritten for blocks that are Written in core.
+// persisted record lags the map: it says Unwritten for blocks that are
+// Written in core, or names the old blocks of a remap.
 func (m *Map) Pending() bool { return m.pending.Len() > 0 }
 
 // PendingLen returns the number of extents with Epoch > 0.

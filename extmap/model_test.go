@@ -20,11 +20,19 @@ import (
 
 // block is the model's state of one file block.
 type block struct {
+	dev, epoch uint64
+	// old is the block that a remapped block replaced, which its record
+	// still names.
+	old    uint64
 	mapped bool
-	dev    uint64
 	state  meta.ExtentState
-	epoch  uint64
+	// remapped is set on a block that Remap moved from old to dev.
+	remapped bool
 }
+
+// durable reports whether x is mapped durable written: the blocks that
+// may be shared, and that Remap takes (with remapped ones).
+func (x block) durable() bool { return x.mapped && x.state == meta.Written && x.epoch == 0 }
 
 // source supplies the harness's choices: a seeded PRNG, or fuzz bytes.
 type source interface {
@@ -68,11 +76,14 @@ type harness struct {
 	// name identifies the run in failures (the seed).
 	name string
 
-	m      *Map
-	model  []block         // file blocks [0, len(model)); beyond is a hole
-	used   map[uint64]bool // device blocks mapped in the model
-	next   uint64          // next fresh device block
-	epoch  uint64          // current conversion epoch; MarkDurable goes up to it
+	m     *Map
+	model []block // file blocks [0, len(model)); beyond is a hole
+	// used counts the references to each device block: one for each block
+	// of the model that maps it, and one for each remapped block whose
+	// record names it (as old). Blocks with no reference are absent.
+	used   map[uint64]int
+	next   uint64 // next fresh device block
+	epoch  uint64 // current conversion epoch; MarkDurable goes up to it
 	mirror map[uint64]meta.Extent
 	// opKeys counts the keys one operation named, to check that a
 	// mutation (other than MarkDurable) names each key at most once.
@@ -116,7 +127,7 @@ func newHarness(t testing.TB, src source, name string) *harness {
 	size := 16 + src.intn(497)
 	h := &harness{
 		t: t, src: src, name: name,
-		model: make([]block, size), used: map[uint64]bool{},
+		model: make([]block, size), used: map[uint64]int{},
 		next: uint64(src.intn(1000)), epoch: 1,
 		mirror: map[uint64]meta.Extent{}, opKeys: map[uint64]int{},
 	}
@@ -135,6 +146,12 @@ func newHarness(t testing.TB, src source, name string) *harness {
 			state := meta.Written
 			if src.intn(2) == 0 {
 				state = meta.Unwritten
+			}
+			if r := records[src.intn(len(records)+1):]; state == meta.Written && len(r) > 0 && r[0].State == meta.Written &&
+				r[0].Len >= n && src.intn(3) == 0 {
+				// Sometimes a written record that shares device blocks
+				// with an earlier one (a reflink clone within the file).
+				dev = r[0].DevBlock + uint64(src.intn(int(r[0].Len-n+1)))
 			}
 			records = append(records, meta.Extent{FileBlock: fb, DevBlock: dev, Len: n, State: state})
 			h.setModel(fb, n, dev, state, 0)
@@ -162,6 +179,22 @@ func newHarness(t testing.TB, src source, name string) *harness {
 	return h
 }
 
+// ref and unref add and drop a reference to each of device blocks
+// [d, d+n).
+func (h *harness) ref(d, n uint64) {
+	for i := range n {
+		h.used[d+i]++
+	}
+}
+
+func (h *harness) unref(d, n uint64) {
+	for i := range n {
+		if h.used[d+i]--; h.used[d+i] <= 0 {
+			delete(h.used, d+i)
+		}
+	}
+}
+
 // freshDev returns n device blocks never used before.
 func (h *harness) freshDev(n uint64) uint64 {
 	d := h.next
@@ -171,7 +204,7 @@ func (h *harness) freshDev(n uint64) uint64 {
 
 func (h *harness) devFree(d, n uint64) bool {
 	for i := range n {
-		if h.used[d+i] {
+		if h.used[d+i] > 0 {
 			return false
 		}
 	}
@@ -181,7 +214,33 @@ func (h *harness) devFree(d, n uint64) bool {
 func (h *harness) setModel(fb, n, dev uint64, state meta.ExtentState, epoch uint64) {
 	for i := range n {
 		h.model[fb+i] = block{mapped: true, dev: dev + i, state: state, epoch: epoch}
-		h.used[dev+i] = true
+	}
+	h.ref(dev, n)
+}
+
+// unmap drops the references of block x of the model, which is being
+// unmapped, and counts them in freed (the blocks Remove or CollapseRange
+// must return).
+func (h *harness) unmap(x block, freed map[uint64]int) {
+	if !x.mapped {
+		return
+	}
+	freed[x.dev]++
+	h.unref(x.dev, 1)
+	if x.remapped {
+		freed[x.old]++
+		h.unref(x.old, 1)
+	}
+}
+
+// settle makes remapped block x of the model plain, its record now naming
+// its new block, and records the move in remaps (new block -> old block,
+// the Remappings MarkDurable and Unconvert must return).
+func (h *harness) settle(x *block, remaps map[uint64]uint64) {
+	if x.remapped {
+		remaps[x.dev] = x.old
+		h.unref(x.old, 1)
+		x.remapped, x.old = false, 0
 	}
 }
 
@@ -214,7 +273,7 @@ func (h *harness) pickRange() (fb, n uint64) {
 func (h *harness) step() {
 	clear(h.opKeys)
 	allowRepeat := false
-	switch op := h.src.intn(20); {
+	switch op := h.src.intn(22); {
 	case op < 7:
 		h.insert()
 	case op < 11:
@@ -232,13 +291,23 @@ func (h *harness) step() {
 		}
 	case op < 13:
 		fb, n := h.pickRange()
+		// The engine never unconverts a shared block: stop before one.
+		for b := fb; b < rangeEnd(fb, n) && b < uint64(len(h.model)); b++ {
+			if x := h.model[b]; x.mapped && h.used[x.dev] > 1 {
+				n = b - fb
+				break
+			}
+		}
 		h.logf("Unconvert(%d, %d)", fb, n)
-		h.m.Unconvert(fb, n, h)
+		got := h.m.Unconvert(fb, n, h)
+		want := map[uint64]uint64{}
 		for b := fb; b < rangeEnd(fb, n) && b < uint64(len(h.model)); b++ {
 			if x := &h.model[b]; x.mapped && x.state == meta.Written {
+				h.settle(x, want)
 				x.state, x.epoch = meta.Unwritten, 0
 			}
 		}
+		h.checkRemappings("Unconvert", got, want)
 	case op < 15:
 		h.remove()
 	case op < 16:
@@ -250,16 +319,21 @@ func (h *harness) step() {
 	case op < 19:
 		upTo := uint64(h.src.intn(int(h.epoch) + 1))
 		h.logf("MarkDurable(%d)", upTo)
-		h.m.MarkDurable(upTo, h)
+		got := h.m.MarkDurable(upTo, h)
 		allowRepeat = true
+		want := map[uint64]uint64{}
 		for i := range h.model {
 			if x := &h.model[i]; x.epoch > 0 && x.epoch <= upTo {
+				h.settle(x, want)
 				x.epoch = 0
 			}
 		}
-	default:
+		h.checkRemappings("MarkDurable", got, want)
+	case op < 20:
 		h.epoch++ // a flush started: later conversions belong to the next epoch
 		h.logf("epoch -> %d", h.epoch)
+	default:
+		h.remap()
 	}
 	if !allowRepeat {
 		for k, c := range h.opKeys {
@@ -298,7 +372,9 @@ func (h *harness) insert() {
 		epoch = h.epoch - uint64(h.src.intn(int(min(h.epoch, 2))))
 	}
 	// Device placement: after the left neighbour's blocks, before the
-	// right neighbour's (both exercise merging), or fresh.
+	// right neighbour's (both exercise merging), the blocks of a run of
+	// durable written blocks of the file (a reflink clone within the file),
+	// or fresh.
 	dev := h.freshDev(n)
 	switch h.src.intn(3) {
 	case 0:
@@ -309,11 +385,27 @@ func (h *harness) insert() {
 		if r := h.at(fb + n); r.mapped && r.dev >= n && h.devFree(r.dev-n, n) {
 			dev = r.dev - n
 		}
+	case 2:
+		if state != meta.Written || epoch != 0 || h.src.intn(2) == 0 {
+			break
+		}
+		src := uint64(h.src.intn(int(size)))
+		for src < size && !h.model[src].durable() {
+			src++
+		}
+		run := uint64(0)
+		for src+run < size && run < n && h.model[src+run].durable() && h.model[src+run].dev == h.at(src).dev+run {
+			run++
+		}
+		if run == n {
+			dev = h.model[src].dev
+		}
 	}
 	e := Extent{FileBlock: fb, DevBlock: dev, Len: n, State: state, Epoch: epoch}
 	if h.src.intn(40) == 0 {
-		// Invalid extents: empty, unwritten with an epoch, overflowing.
-		switch h.src.intn(3) {
+		// Invalid extents: empty, unwritten with an epoch, overflowing,
+		// remapped (only Remap makes remaps), old block without a remap.
+		switch h.src.intn(5) {
 		case 0:
 			e.Len = 0
 		case 1:
@@ -321,6 +413,10 @@ func (h *harness) insert() {
 		case 2:
 			e.DevBlock = math.MaxUint64 - 1
 			e.Len = 2
+		case 3:
+			e.State, e.Epoch, e.Remapped, e.OldDevBlock = meta.Written, 1, true, h.next
+		case 4:
+			e.OldDevBlock = 1
 		}
 		before := h.m.Extents()
 		h.logf("Insert(%v) invalid", e)
@@ -350,29 +446,98 @@ func (h *harness) remove() {
 	fb, n := h.pickRange()
 	h.logf("Remove(%d, %d)", fb, n)
 	freed := h.m.Remove(fb, n, h)
-	want := map[uint64]bool{}
+	want := map[uint64]int{}
 	for b := fb; b < rangeEnd(fb, n) && b < uint64(len(h.model)); b++ {
-		if x := h.model[b]; x.mapped {
-			want[x.dev] = true
-			delete(h.used, x.dev)
-			h.model[b] = block{}
+		h.unmap(h.model[b], want)
+		h.model[b] = block{}
+	}
+	h.checkFreed("Remove", freed, want)
+}
+
+// remap runs Remap, mostly over a run of durable written or remapped
+// blocks, to fresh device blocks or to the blocks after the left
+// neighbour's (a sequential copy-on-write, which merges), and sometimes
+// over a range with a block that is neither (a hole, unwritten, a pending
+// conversion), or with epoch 0 or an overflowing device range: then it
+// must fail and change nothing.
+func (h *harness) remap() {
+	size := uint64(len(h.model))
+	eligible := func(b uint64) bool {
+		x := h.at(b)
+		return x.durable() || x.remapped
+	}
+	var fb, n uint64
+	if h.src.intn(6) == 0 {
+		fb, n = h.pickRange()
+	} else {
+		// From the first eligible block at or after a random one,
+		// wrapping around (from the random one if none is).
+		start := uint64(h.src.intn(int(size)))
+		fb = start
+		for i := range size {
+			if b := (start + i) % size; eligible(b) {
+				fb = b
+				break
+			}
+		}
+		run := uint64(0)
+		for fb+run < size && eligible(fb+run) {
+			run++
+		}
+		n = uint64(1 + h.src.intn(int(max(run, 1))))
+		if h.src.intn(8) == 0 {
+			n = run + 1 // one block too many
 		}
 	}
-	got := map[uint64]bool{}
-	for i, r := range freed {
-		if r.Len == 0 {
-			h.fail("Remove returned an empty range: %v", freed)
-		}
-		if i > 0 && freed[i-1].End() >= r.Start {
-			h.fail("Remove returned unsorted, overlapping or uncoalesced ranges: %v", freed)
-		}
-		for d := r.Start; d < r.End(); d++ {
-			got[d] = true
+	epoch := h.epoch - uint64(h.src.intn(int(min(h.epoch, 3))))
+	ok := n > 0 && fb+n > fb
+	for b := fb; ok && b < fb+n; b++ {
+		ok = eligible(b)
+	}
+	dev := h.next
+	if ok {
+		dev = h.freshDev(n)
+		if l := h.at(fb - 1); fb > 0 && l.remapped && h.src.intn(2) == 0 && h.devFree(l.dev+1, n) {
+			dev, epoch = l.dev+1, l.epoch
 		}
 	}
-	if !maps.Equal(got, want) {
-		h.fail("Remove freed %v (%d blocks), want %d blocks", freed, len(got), len(want))
+	switch h.src.intn(30) {
+	case 0:
+		epoch, ok = 0, false
+	case 1:
+		dev, ok = math.MaxUint64-uint64(h.src.intn(int(min(max(n, 1), 4)))), false
 	}
+	if !ok {
+		before := h.m.Extents()
+		h.logf("Remap(%d, %d, %d, %d) invalid", fb, n, dev, epoch)
+		released, err := h.m.Remap(fb, n, dev, epoch, h)
+		var e *Error
+		if !errors.Is(err, ErrInvalid) || !errors.As(err, &e) || e.Op != "remap" {
+			h.fail("Remap(%d, %d, %d, %d) = %v, want ErrInvalid", fb, n, dev, epoch, err)
+		}
+		if released != nil || len(h.opKeys) != 0 || !slices.Equal(before, h.m.Extents()) {
+			h.fail("failed Remap changed something")
+		}
+		return
+	}
+	h.logf("Remap(%d, %d, %d, %d)", fb, n, dev, epoch)
+	released, err := h.m.Remap(fb, n, dev, epoch, h)
+	if err != nil {
+		h.fail("Remap(%d, %d, %d, %d): %v", fb, n, dev, epoch, err)
+	}
+	want := map[uint64]int{}
+	for i := range n {
+		x := &h.model[fb+i]
+		y := block{mapped: true, dev: dev + i, state: meta.Written, epoch: epoch, remapped: true, old: x.dev}
+		if x.remapped {
+			y.old = x.old
+			want[x.dev]++
+			h.unref(x.dev, 1)
+		}
+		*x = y
+	}
+	h.ref(dev, n)
+	h.checkFreed("Remap", released, want)
 }
 
 // collapse runs CollapseRange and applies it to the model: the blocks of
@@ -382,13 +547,10 @@ func (h *harness) collapse() {
 	fb, n := h.pickRange()
 	h.logf("CollapseRange(%d, %d)", fb, n)
 	freed := h.m.CollapseRange(fb, n, h)
-	want := map[uint64]bool{}
+	want := map[uint64]int{}
 	end := rangeEnd(fb, n)
 	for b := fb; b < end && b < uint64(len(h.model)); b++ {
-		if x := h.model[b]; x.mapped {
-			want[x.dev] = true
-			delete(h.used, x.dev)
-		}
+		h.unmap(h.model[b], want)
 	}
 	if fb < uint64(len(h.model)) {
 		var rest []block
@@ -433,23 +595,52 @@ func (h *harness) insertRange() {
 	}
 }
 
-// checkFreed checks that freed lists exactly the device blocks want,
-// sorted and coalesced.
-func (h *harness) checkFreed(op string, freed []DevRange, want map[uint64]bool) {
-	got := map[uint64]bool{}
+// checkFreed checks that freed lists exactly the device blocks want, each
+// as many times as want counts it, sorted by Start and coalesced: no range
+// starts where the one before ends, and ranges overlap only where a block
+// is wanted more than once. It wants nil if want is empty.
+func (h *harness) checkFreed(op string, freed []DevRange, want map[uint64]int) {
+	if len(want) == 0 && freed != nil {
+		h.fail("%s returned %v, want nil", op, freed)
+	}
+	got := map[uint64]int{}
 	for i, r := range freed {
 		if r.Len == 0 {
 			h.fail("%s returned an empty range: %v", op, freed)
 		}
-		if i > 0 && freed[i-1].End() >= r.Start {
-			h.fail("%s returned unsorted, overlapping or uncoalesced ranges: %v", op, freed)
+		if i > 0 && (freed[i-1].Start > r.Start || freed[i-1].End() == r.Start) {
+			h.fail("%s returned unsorted or uncoalesced ranges: %v", op, freed)
 		}
 		for d := r.Start; d < r.End(); d++ {
-			got[d] = true
+			got[d]++
 		}
 	}
 	if !maps.Equal(got, want) {
-		h.fail("%s freed %v (%d blocks), want %d blocks", op, freed, len(got), len(want))
+		h.fail("%s freed %v (%d blocks), want %v", op, freed, len(got), want)
+	}
+}
+
+// checkRemappings checks that remaps, from MarkDurable or Unconvert, pair
+// exactly the new and old blocks of want (new block -> old block), with no
+// new block twice. It wants nil if want is empty.
+func (h *harness) checkRemappings(op string, remaps []Remapping, want map[uint64]uint64) {
+	if len(want) == 0 && remaps != nil {
+		h.fail("%s returned %v, want nil", op, remaps)
+	}
+	got := map[uint64]uint64{}
+	for _, r := range remaps {
+		if r.New.Len == 0 || r.Old.Len != r.New.Len {
+			h.fail("%s returned a malformed remapping %v: %v", op, r, remaps)
+		}
+		for i := range r.New.Len {
+			if _, dup := got[r.New.Start+i]; dup {
+				h.fail("%s returned new block %d twice: %v", op, r.New.Start+i, remaps)
+			}
+			got[r.New.Start+i] = r.Old.Start + i
+		}
+	}
+	if !maps.Equal(got, want) {
+		h.fail("%s returned remappings %v, want (new: old) %v", op, remaps, want)
 	}
 }
 
@@ -460,29 +651,63 @@ func (h *harness) verify() {
 	if err := m.Check(); err != nil {
 		h.fail("Check: %v", err)
 	}
-	// Extents, expanded, equal the model block by block, epochs included.
+	// Extents, expanded, equal the model block by block, epochs and remaps
+	// included. Only durable written blocks share a device block, and a
+	// remap's old blocks (which its record names) are not those of an
+	// unwritten extent or a pending conversion (which its record names,
+	// Unwritten): so the records, which the mirror shows equal the
+	// persisted forms, would load after a crash. devs counts the mappings
+	// of each device block, a durable written one as 1, any other as
+	// exclusive.
+	const exclusive = 1 << 32
 	exts := m.Extents()
 	var blocks uint64
 	pending := false
 	got := make([]block, len(h.model))
-	devs := map[uint64]bool{}
+	devs := make(map[uint64]int, len(h.used))
 	for _, e := range exts {
 		if e.End() > uint64(len(h.model)) {
 			h.fail("extent %v past the model's %d blocks", e, len(h.model))
 		}
 		for i := range e.Len {
-			got[e.FileBlock+i] = block{mapped: true, dev: e.DevBlock + i, state: e.State, epoch: e.Epoch}
-			if devs[e.DevBlock+i] {
-				h.fail("device block %d mapped twice", e.DevBlock+i)
+			x := block{mapped: true, dev: e.DevBlock + i, state: e.State, epoch: e.Epoch, remapped: e.Remapped}
+			if e.Remapped {
+				x.old = e.OldDevBlock + i
 			}
-			devs[e.DevBlock+i] = true
+			got[e.FileBlock+i] = x
+			if x.durable() {
+				devs[x.dev]++
+			} else {
+				devs[x.dev] += exclusive
+			}
 		}
 		blocks += e.Len
 		pending = pending || e.Epoch > 0
 	}
-	for i := range got {
-		if got[i] != h.model[i] {
-			h.fail("block %d: map has %+v, model %+v", i, got[i], h.model[i])
+	for i, x := range got {
+		if x != h.model[i] {
+			h.fail("block %d: map has %+v, model %+v", i, x, h.model[i])
+		}
+		if x.mapped && !x.durable() && devs[x.dev] != exclusive {
+			h.fail("device block %d mapped twice, once by %+v, which is not durable written", x.dev, x)
+		}
+		if x.remapped && devs[x.old] >= exclusive {
+			h.fail("block %d: old device block %d of %+v mapped by an unwritten or pending block", i, x.old, x)
+		}
+	}
+	if len(h.history)%32 == 0 {
+		// The harness's own reference counts, now and then.
+		refs := make(map[uint64]int, len(h.used))
+		for _, x := range got {
+			if x.mapped {
+				refs[x.dev]++
+			}
+			if x.remapped {
+				refs[x.old]++
+			}
+		}
+		if !maps.Equal(refs, h.used) {
+			h.fail("device block references %v, model %v", refs, h.used)
 		}
 	}
 	if m.Blocks() != blocks || m.Len() != len(exts) || m.Pending() != pending {

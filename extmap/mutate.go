@@ -28,11 +28,13 @@ const maxScratch = 4096
 // Insert maps the range of e, which must currently be wholly a hole, merging
 // it with mergeable neighbours (see the package doc, Merging). e must be
 // valid: Len > 0, no overflow in the file or on the device, State Written or
-// Unwritten, and Epoch 0 if Unwritten. A Written extent with Epoch > 0 is
-// persisted as Unwritten until MarkDurable covers its epoch. On error
-// (ErrInvalid, ErrMapped) nothing changes and nothing is recorded.
+// Unwritten, Epoch 0 if Unwritten, and not Remapped (a hole has no blocks
+// to replace: remaps are made by Remap alone) with OldDevBlock 0. A Written
+// extent with Epoch > 0 is persisted as Unwritten until MarkDurable covers
+// its epoch. On error (ErrInvalid, ErrMapped) nothing changes and nothing
+// is recorded.
 func (m *Map) Insert(e Extent, rec Recorder) error {
-	if !e.valid() {
+	if !e.valid() || e.Remapped {
 		return &Error{Op: "insert", Extent: e, Err: ErrInvalid}
 	}
 	lo, hi := e.FileBlock, e.End()
@@ -67,7 +69,7 @@ func (m *Map) Insert(e Extent, rec Recorder) error {
 // neighbours. Analogous to xfs_iomap_write_unwritten /
 // ext4_convert_unwritten_extents at direct-write completion.
 func (m *Map) Convert(fb, n, epoch uint64, rec Recorder) {
-	m.restate(fb, n, restate{from: meta.Unwritten, minEpoch: 0, maxEpoch: 0, to: meta.Written, epoch: epoch}, rec)
+	m.restate(fb, n, restate{from: meta.Unwritten, minEpoch: 0, maxEpoch: 0, to: meta.Written, epoch: epoch}, rec, nil)
 }
 
 // Unconvert makes every Written block in [fb, fb+n), pending or not,
@@ -76,36 +78,141 @@ func (m *Map) Convert(fb, n, epoch uint64, rec Recorder) {
 // unwritten; XFS punches and preallocates instead). Holes and unwritten
 // blocks are left as they are. Extents are split at the range's edges and
 // merged with mergeable neighbours.
-func (m *Map) Unconvert(fb, n uint64, rec Recorder) {
-	m.restate(fb, n, restate{from: meta.Written, minEpoch: 0, maxEpoch: math.MaxUint64, to: meta.Unwritten, epoch: 0}, rec)
+//
+// A remapped block that it makes Unwritten keeps its new device block,
+// whose record (Unwritten) then names it instead of the old one: Unconvert
+// returns a Remapping for each such piece, as MarkDurable does, or nil if
+// there was none. The engine must not unconvert shared device blocks (see
+// the package doc, Extents): an unwritten extent owns its blocks, so it
+// must remap or punch them first.
+func (m *Map) Unconvert(fb, n uint64, rec Recorder) []Remapping {
+	return m.restate(fb, n, restate{from: meta.Written, minEpoch: 0, maxEpoch: math.MaxUint64, to: meta.Unwritten, epoch: 0}, rec, nil)
 }
 
 // MarkDurable sets Epoch 0 on every extent with 0 < Epoch <= upTo, so that
-// its record says Written, and merges it with mergeable neighbours. The
-// engine calls it once the device flush of epoch upTo has completed, and
-// puts what it records into the metadata batch it then syncs. Only the
-// extents it changes (and neighbours it merges them with) are reported;
-// an extent made durable and then merged with a neighbour made durable by
-// a later step of the same call may be Put twice. O(1) when nothing is
-// pending with Epoch <= upTo.
-func (m *Map) MarkDurable(upTo uint64, rec Recorder) {
+// its record says Written, and merges it with mergeable neighbours. A
+// remapped extent among them becomes a plain one (Remapped false,
+// OldDevBlock 0), its record now naming its new blocks, and MarkDurable
+// returns a Remapping for it (see the package doc, Copy-on-write remaps):
+// one per extent as it was before merging, in no particular order and not
+// coalesced, and no two with overlapping New ranges (Old ranges overlap
+// where remaps replaced blocks that the file mapped more than once); nil
+// if no remap was made durable. The engine calls it once the device flush of epoch upTo
+// has completed, and puts what it records, and the reference changes the
+// Remappings call for, into the metadata batch it then syncs. Only the
+// extents it changes (and neighbours it merges them with) are reported; an
+// extent made durable and then merged with a neighbour made durable by a
+// later step of the same call may be Put twice. O(1) when nothing is
+// pending with Epoch <= upTo, and it allocates nothing unless it returns
+// Remappings.
+func (m *Map) MarkDurable(upTo uint64, rec Recorder) []Remapping {
+	var done []Remapping
 	for {
 		k, ok := m.pending.Min()
 		if !ok || k.Epoch > upTo {
-			return
+			return done
 		}
 		e, ok := m.extents.Get(endKey(k.End))
 		if !ok || e.FileBlock != k.FileBlock || e.Epoch != k.Epoch || e.State != meta.Written {
 			panic("extmap: pending index out of step with the extents")
 		}
-		m.restate(e.FileBlock, e.Len, restate{from: meta.Written, minEpoch: 1, maxEpoch: upTo, to: meta.Written, epoch: 0}, rec)
+		done = m.restate(e.FileBlock, e.Len, restate{from: meta.Written, minEpoch: 1, maxEpoch: upTo, to: meta.Written, epoch: 0}, rec, done)
 	}
 }
 
+// Remap maps file blocks [fb, fb+n) to device blocks [dev, dev+n), Written,
+// as a pending remap of epoch epoch (see the package doc, Copy-on-write
+// remaps): in core at once, while the records keep naming the blocks
+// replaced until MarkDurable covers epoch. The engine calls it when the
+// write of the range's new data to the staged blocks from dev has
+// completed, with an epoch picked after that, as for Convert. Analogous to
+// xfs_reflink_end_cow at the end of a copy-on-write write, except that the
+// record's switch to the new blocks waits for the flush.
+//
+// Every block of the range must be mapped by a Written extent that is
+// durable (Epoch 0) or already remapped. A durable block's piece becomes a
+// remap whose old block is its present block, and an already remapped
+// block's piece keeps its old block: either way the records keep their
+// content, and are reported only where the range's edges split one or the
+// new extents merge with neighbours (see the package doc, Merging). Remap
+// returns the device blocks that already remapped blocks of the range were
+// backed by (staged blocks that no record names, now unmapped, for the
+// engine to free), sorted by Start and coalesced, or nil if there were
+// none.
+//
+// It fails with ErrInvalid, changing and recording nothing, if n or epoch
+// is 0, if either range runs past block 2^64-1, or if a block of the range
+// is a hole, unwritten, or a pending conversion (Written with Epoch > 0
+// but not remapped: its blocks are not shared, and the engine writes them
+// in place).
+func (m *Map) Remap(fb, n, dev, epoch uint64, rec Recorder) ([]DevRange, error) {
+	want := Extent{FileBlock: fb, DevBlock: dev, Len: n, State: meta.Written, Epoch: epoch}
+	if !want.valid() || epoch == 0 {
+		return nil, &Error{Op: "remap", Extent: want, Err: detail(ErrInvalid, "empty, overflowing or of epoch 0")}
+	}
+	lo, hi := fb, fb+n
+	m.collect(lo, hi, true)
+	cur := lo // the first block not yet seen mapped
+	for _, x := range m.old {
+		if x.End() <= lo || x.FileBlock >= hi {
+			continue // a neighbour
+		}
+		var err error
+		switch {
+		case x.FileBlock > cur:
+			err = detail(ErrInvalid, "block %d is a hole", cur)
+		case x.State != meta.Written || (x.Epoch > 0 && !x.Remapped):
+			err = detail(ErrInvalid, "overlaps %v, neither durable written nor remapped", x)
+		}
+		if err != nil {
+			m.trimScratch()
+			return nil, &Error{Op: "remap", Extent: want, Err: err}
+		}
+		cur = x.End()
+	}
+	if cur < hi {
+		m.trimScratch()
+		return nil, &Error{Op: "remap", Extent: want, Err: detail(ErrInvalid, "block %d is a hole", cur)}
+	}
+	var released []DevRange
+	m.new = m.new[:0]
+	for _, x := range m.old {
+		if x.End() <= lo || x.FileBlock >= hi {
+			m.new = append(m.new, x)
+			continue
+		}
+		s, e := max(lo, x.FileBlock), min(hi, x.End())
+		if x.FileBlock < s {
+			m.new = append(m.new, x.piece(x.FileBlock, s))
+		}
+		p := x.piece(s, e)
+		y := want.piece(s, e)
+		y.Remapped, y.OldDevBlock = true, p.DevBlock
+		if p.Remapped {
+			y.OldDevBlock = p.OldDevBlock
+			released = append(released, DevRange{Start: p.DevBlock, Len: p.Len})
+		}
+		m.new = append(m.new, y)
+		if e < x.End() {
+			m.new = append(m.new, x.piece(e, x.End()))
+		}
+	}
+	m.normalize()
+	m.commit(rec)
+	return coalesce(released), nil
+}
+
 // Remove unmaps [fb, fb+n) (punch hole, truncate), splitting extents at the
-// range's edges, and returns the device blocks it freed, sorted by Start and
-// coalesced where contiguous. A range that runs past block 2^64-1 is
-// clipped there, so Remove(size, math.MaxUint64, rec) truncates.
+// range's edges, and returns the device blocks it unmapped, sorted by
+// Start and coalesced where contiguous: for every block removed, its
+// device block and, for a remapped block, also its old block (the
+// reference its record held; see the package doc, Copy-on-write remaps),
+// which the engine tells apart from the staged new blocks itself. A device
+// block
+// that the range mapped more than once (shared blocks, see the package
+// doc, Extents) is returned once per mapping, so ranges may then
+// overlap; otherwise none do. A range that runs past block 2^64-1 is clipped there,
+// so Remove(size, math.MaxUint64, rec) truncates.
 func (m *Map) Remove(fb, n uint64, rec Recorder) []DevRange {
 	lo, hi := fb, rangeEnd(fb, n)
 	if hi <= lo {
@@ -122,7 +229,7 @@ func (m *Map) Remove(fb, n uint64, rec Recorder) []DevRange {
 		if x.FileBlock < s {
 			m.new = append(m.new, x.piece(x.FileBlock, s))
 		}
-		freed = append(freed, DevRange{Start: x.DevBlock + (s - x.FileBlock), Len: e - s})
+		freed = appendFreed(freed, x.piece(s, e))
 		if e < x.End() {
 			m.new = append(m.new, x.piece(e, x.End()))
 		}
@@ -131,7 +238,20 @@ func (m *Map) Remove(fb, n uint64, rec Recorder) []DevRange {
 	return coalesce(freed)
 }
 
-// coalesce sorts ranges by Start and merges touching ones, in place.
+// appendFreed appends to freed the device blocks that unmapping x releases:
+// its blocks and, if it is remapped, its old blocks.
+func appendFreed(freed []DevRange, x Extent) []DevRange {
+	freed = append(freed, DevRange{Start: x.DevBlock, Len: x.Len})
+	if x.Remapped {
+		freed = append(freed, DevRange{Start: x.OldDevBlock, Len: x.Len})
+	}
+	return freed
+}
+
+// coalesce sorts ranges by Start and merges each into the one before it
+// when it starts where that one ends, in place. Overlapping ranges are kept
+// apart, so that every block appears as many times as it did; ranges of
+// which no two overlap come out fully coalesced.
 func coalesce(rs []DevRange) []DevRange {
 	if len(rs) <= 1 {
 		return rs
@@ -149,7 +269,10 @@ func coalesce(rs []DevRange) []DevRange {
 }
 
 // restate describes a state change: extents whose State is from and whose
-// Epoch lies in [minEpoch, maxEpoch] get State to and Epoch epoch.
+// Epoch lies in [minEpoch, maxEpoch] get State to and Epoch epoch. A
+// remapped one becomes plain, its record naming its new blocks: the
+// restates that apply to remaps (Unconvert, MarkDurable) have to Unwritten
+// or epoch 0.
 type restate struct {
 	from               meta.ExtentState
 	minEpoch, maxEpoch uint64
@@ -161,11 +284,12 @@ func (r restate) applies(e Extent) bool {
 	return e.State == r.from && e.Epoch >= r.minEpoch && e.Epoch <= r.maxEpoch
 }
 
-// restate applies r to the blocks of [fb, fb+n).
-func (m *Map) restate(fb, n uint64, r restate, rec Recorder) {
+// restate applies r to the blocks of [fb, fb+n), and returns done with a
+// Remapping appended for every remapped piece it restated.
+func (m *Map) restate(fb, n uint64, r restate, rec Recorder, done []Remapping) []Remapping {
 	lo, hi := fb, rangeEnd(fb, n)
 	if hi <= lo {
-		return
+		return done
 	}
 	m.collect(lo, hi, true)
 	m.new = m.new[:0]
@@ -181,6 +305,10 @@ func (m *Map) restate(fb, n uint64, r restate, rec Recorder) {
 			m.new = append(m.new, x.piece(x.FileBlock, s))
 		}
 		y := x.piece(s, e)
+		if y.Remapped {
+			done = append(done, Remapping{Old: DevRange{Start: y.OldDevBlock, Len: y.Len}, New: DevRange{Start: y.DevBlock, Len: y.Len}})
+			y.Remapped, y.OldDevBlock = false, 0
+		}
 		y.State, y.Epoch = r.to, r.epoch
 		m.new = append(m.new, y)
 		if e < x.End() {
@@ -189,10 +317,11 @@ func (m *Map) restate(fb, n uint64, r restate, rec Recorder) {
 	}
 	if !changed {
 		m.trimScratch()
-		return
+		return done
 	}
 	m.normalize()
 	m.commit(rec)
+	return done
 }
 
 // collect sets m.old to the extents that overlap [lo, hi), in order, and if
@@ -325,9 +454,9 @@ func (m *Map) trimScratch() {
 // shift is one mutation, so the engine can commit it in one transaction).
 // Extents are split at fb and fb+n, and the extent that ends at fb merges
 // with the first one moved next to it if they are mergeable. It returns
-// the device blocks it freed, as Remove does. A range that runs past block
-// 2^64-1 is clipped there (nothing is left to move: it is Remove); n == 0
-// is a no-op. Every moved extent changes key, so the Recorder sees a
+// the device blocks it unmapped, as Remove does (a remapped block's old
+// block included). A range that runs past block 2^64-1 is clipped there
+// (nothing is left to move: it is Remove); n == 0 is a no-op. Every moved extent changes key, so the Recorder sees a
 // Delete or a Put for each record from fb on: O(k log n) for the k extents
 // at or after fb.
 func (m *Map) CollapseRange(fb, n uint64, rec Recorder) []DevRange {
@@ -352,7 +481,7 @@ func (m *Map) CollapseRange(fb, n uint64, rec Recorder) []DevRange {
 			m.new = append(m.new, x.piece(x.FileBlock, min(lo, x.End())))
 		}
 		if s, e := max(lo, x.FileBlock), min(hi, x.End()); s < e {
-			freed = append(freed, DevRange{Start: x.DevBlock + (s - x.FileBlock), Len: e - s})
+			freed = appendFreed(freed, x.piece(s, e))
 		}
 		if x.End() > hi {
 			y := x.piece(max(hi, x.FileBlock), x.End())
@@ -368,9 +497,10 @@ func (m *Map) CollapseRange(fb, n uint64, rec Recorder) []DevRange {
 // InsertRange moves every extent at or after file block fb n blocks up,
 // leaving [fb, fb+n) a hole (FALLOC_FL_INSERT_RANGE; analogous to XFS's
 // xfs_insert_file_space: split at fb with xfs_bmap_split_extent, then
-// xfs_bmap_insert_extents). An extent that contains fb is split there. It
-// fails with ErrInvalid, changing nothing, if a moved extent would run
-// past block 2^64-1; n == 0 is a no-op. As CollapseRange, it costs
+// xfs_bmap_insert_extents). An extent that contains fb is split there (the
+// pieces of a remapped one keep their old blocks). It fails with
+// ErrInvalid, changing nothing, if a moved extent would run past block
+// 2^64-1; n == 0 is a no-op. As CollapseRange, it costs
 // O(k log n) for the k extents at or after fb, each of which changes key.
 func (m *Map) InsertRange(fb, n uint64, rec Recorder) error {
 	if n == 0 {

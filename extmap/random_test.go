@@ -14,9 +14,11 @@ var (
 )
 
 // TestRandomOps runs seeded random operation sequences against the
-// per-block model (model_test.go), checking Lookup, the record mirror,
-// Check, Remove's freed blocks and device-block uniqueness after every
-// step. Replay a failure with -extmap.seed=N.
+// per-block model (model_test.go), remaps and shared device blocks
+// included, checking Lookup, the record mirror, Check, the blocks that
+// Remap, Remove and CollapseRange return, the Remappings of MarkDurable and
+// Unconvert, and the rules for sharing device blocks after every step.
+// Replay a failure with -extmap.seed=N.
 func TestRandomOps(t *testing.T) {
 	seeds := make([]uint64, 0, *flagSeeds)
 	if *flagSeed != 0 {

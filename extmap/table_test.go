@@ -13,7 +13,9 @@ import (
 )
 
 // parseExts parses "FB+LEN@DEV S; ..." where S is W or U, optionally
-// followed by an epoch: "0+4@100 W; 4+4@104 W5".
+// followed by an epoch: "0+4@100 W; 4+4@104 W5". (fmtExt also shows a
+// remapped extent's old block, "(was @N)", which parseExts does not read:
+// only Remap makes remaps.)
 func parseExts(s string) []Extent {
 	var out []Extent
 	for _, f := range strings.Split(s, ";") {
@@ -54,6 +56,9 @@ func fmtExt(e Extent) string {
 	}
 	if e.Epoch > 0 {
 		s += fmt.Sprint(e.Epoch)
+	}
+	if e.Remapped {
+		s += fmt.Sprintf(" (was @%d)", e.OldDevBlock)
 	}
 	return s
 }
@@ -513,6 +518,19 @@ func TestLookupAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { m.Convert(0, 50, 0, nil) }); n != 0 {
 		t.Errorf("Convert with nothing to do allocates %v times per call", n)
+	}
+	// A conversion made durable, and unconverted again: no remap, so no
+	// Remappings to allocate.
+	m.Unconvert(300, 2, nil)
+	epoch := uint64(0)
+	if n := testing.AllocsPerRun(100, func() {
+		epoch++
+		m.Convert(300, 2, epoch, nil)
+		if m.MarkDurable(epoch, nil) != nil || m.Unconvert(300, 2, nil) != nil {
+			t.Fatal("Remappings without a remap")
+		}
+	}); n != 0 {
+		t.Errorf("Convert, MarkDurable and Unconvert allocate %v times per cycle", n)
 	}
 }
 
