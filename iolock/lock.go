@@ -211,6 +211,16 @@ func (l *Lock) Lock(m Mode) {
 	}
 }
 
+// LockOrdered is Lock for one of several I/O locks held at once (a clone's
+// two files), taken in increasing key order (inode numbers, never 0): the
+// lock-order checker verifies the order (package internal/lockrank).
+func (l *Lock) LockOrdered(m Mode, key uint64) {
+	lockrank.Acquire(lockrank.RankIOLock, key, unsafe.Pointer(l))
+	if l.tryFast(m) != acquired {
+		_ = l.lockSlow(context.Background(), m)
+	}
+}
+
 // LockContext is Lock that gives up when ctx is done. It returns nil with l
 // held in mode m, or ctx.Err() without it. If ctx is done when LockContext is
 // called, it still succeeds when l can be granted at once. If the grant and

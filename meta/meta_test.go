@@ -35,6 +35,14 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || s != 77 || n != 5 {
 		t.Fatalf("free: %d %d %v", s, n, err)
 	}
+	s, n, refs, err := meta.DecodeShared(meta.SharedKey(12), meta.EncodeShared(4, 3))
+	if err != nil || s != 12 || n != 4 || refs != 3 {
+		t.Fatalf("shared: %d %d %d %v", s, n, refs, err)
+	}
+	s, n, err = meta.DecodeStaged(meta.StagedKey(40), meta.EncodeStaged(6))
+	if err != nil || s != 40 || n != 6 {
+		t.Fatalf("staged: %d %d %v", s, n, err)
+	}
 	b, err := meta.DecodeBytes("x", meta.EncodeBytes([]byte("target")))
 	if err != nil || string(b) != "target" {
 		t.Fatalf("bytes: %q %v", b, err)
@@ -54,6 +62,8 @@ func TestCorruptionDetected(t *testing.T) {
 		"dirent": meta.EncodeDirent(meta.Dirent{Ino: 1}),
 		"extent": meta.EncodeExtent(meta.Extent{DevBlock: 1, Len: 1, State: meta.Written}),
 		"free":   meta.EncodeFree(1),
+		"shared": meta.EncodeShared(1, 2),
+		"staged": meta.EncodeStaged(1),
 	}
 	decode := map[string]func([]byte) error{
 		"super":  func(v []byte) error { _, err := meta.DecodeSuperblock(v); return err },
@@ -61,6 +71,8 @@ func TestCorruptionDetected(t *testing.T) {
 		"dirent": func(v []byte) error { _, err := meta.DecodeDirent(v); return err },
 		"extent": func(v []byte) error { _, _, err := meta.DecodeExtent(meta.ExtentKey(1, 0), v); return err },
 		"free":   func(v []byte) error { _, _, err := meta.DecodeFree(meta.FreeKey(1), v); return err },
+		"shared": func(v []byte) error { _, _, _, err := meta.DecodeShared(meta.SharedKey(1), v); return err },
+		"staged": func(v []byte) error { _, _, err := meta.DecodeStaged(meta.StagedKey(1), v); return err },
 	}
 	for kind, v := range values {
 		for bit := 0; bit < len(v)*8; bit++ {

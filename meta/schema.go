@@ -15,6 +15,8 @@
 //	"X" ino name                 extended attribute value
 //	"O" ino                      orphan: unlinked while open, freed at the next open
 //	"F" start                    free device extent -> length
+//	"R" start                    shared device blocks (reflink) -> length, references (>= 2)
+//	"C" start                    copy-on-write staging blocks -> length
 //
 // A missing extent record for a file block is a hole.
 //
@@ -66,6 +68,8 @@ const (
 	kindXattr   = 'X'
 	kindOrphan  = 'O'
 	kindFree    = 'F'
+	kindShared  = 'R'
+	kindStaged  = 'C'
 )
 
 // seal appends the checksum to a value that already starts with its
@@ -473,4 +477,68 @@ func XattrName(key []byte) (Ino, string, error) {
 		return 0, "", fmt.Errorf("xattr key %x: %w", key, ErrCorrupt)
 	}
 	return Ino(binary.BigEndian.Uint64(key[1:])), string(key[9:]), nil
+}
+
+// SharedKey is the key of the shared run starting at device block start.
+func SharedKey(start uint64) []byte { return key1(kindShared, start) }
+
+// SharedKeyRange returns the bounds of every shared-run record.
+func SharedKeyRange() (start, end []byte) { return []byte{kindShared}, []byte{kindShared + 1} }
+
+// EncodeShared returns the value of a shared run of n blocks with refs
+// references each.
+func EncodeShared(n uint64, refs uint32) []byte {
+	b := make([]byte, 1, 1+12+4)
+	b[0] = ValueVersion
+	b = binary.BigEndian.AppendUint64(b, n)
+	return seal(binary.BigEndian.AppendUint32(b, refs))
+}
+
+// DecodeShared parses a shared-run record: n blocks from device block
+// start, each mapped by refs >= 2 extent records.
+func DecodeShared(key, v []byte) (start, n uint64, refs uint32, err error) {
+	if len(key) != 9 || key[0] != kindShared {
+		return 0, 0, 0, fmt.Errorf("shared key %x: %w", key, ErrCorrupt)
+	}
+	p, err := open("shared run", v)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if len(p) != 12 {
+		return 0, 0, 0, fmt.Errorf("shared run: %d-byte payload: %w", len(p), ErrCorrupt)
+	}
+	start, n, refs = binary.BigEndian.Uint64(key[1:]), binary.BigEndian.Uint64(p), binary.BigEndian.Uint32(p[8:])
+	if n == 0 || start+n < start || refs < 2 {
+		return 0, 0, 0, fmt.Errorf("shared run at %d of %d blocks, %d references: %w", start, n, refs, ErrCorrupt)
+	}
+	return start, n, refs, nil
+}
+
+// StagedKey is the key of the copy-on-write staging run starting at device
+// block start.
+func StagedKey(start uint64) []byte { return key1(kindStaged, start) }
+
+// StagedKeyRange returns the bounds of every staging-run record.
+func StagedKeyRange() (start, end []byte) { return []byte{kindStaged}, []byte{kindStaged + 1} }
+
+// EncodeStaged returns the value of a staging run of n blocks.
+func EncodeStaged(n uint64) []byte { return EncodeFree(n) }
+
+// DecodeStaged parses a staging-run record.
+func DecodeStaged(key, v []byte) (start, n uint64, err error) {
+	if len(key) != 9 || key[0] != kindStaged {
+		return 0, 0, fmt.Errorf("staged key %x: %w", key, ErrCorrupt)
+	}
+	p, err := open("staged run", v)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(p) != 8 {
+		return 0, 0, fmt.Errorf("staged run: %d-byte payload: %w", len(p), ErrCorrupt)
+	}
+	start, n = binary.BigEndian.Uint64(key[1:]), binary.BigEndian.Uint64(p)
+	if n == 0 || start+n < start {
+		return 0, 0, fmt.Errorf("staged run at %d of %d blocks: %w", start, n, ErrCorrupt)
+	}
+	return start, n, nil
 }

@@ -45,7 +45,8 @@ const (
 	RankFilePos
 	// RankNamespace: FS.ns, shared for lookups, exclusive for changes.
 	RankNamespace
-	// RankIOLock: inode.io, the I/O lock (iolock.Lock), one inode at a time.
+	// RankIOLock: inode.io, the I/O lock (iolock.Lock); several (a clone's
+	// two files) in inode-number order.
 	RankIOLock
 	// RankBlockRange: an inode's block-range lock (iolock.RangeLock): the
 	// file blocks a sub-block direct write or an append works on, taken
@@ -68,6 +69,8 @@ const (
 	RankCommit
 	// RankAlloc: the allocator's mutex.
 	RankAlloc
+	// RankRefcount: the shared-block table's mutex (refcount.Table).
+	RankRefcount
 	// RankICache: FS.icache.mu, the in-core inode table.
 	RankICache
 	// RankMapping: a page-cache mapping's mutex (one file's pages).
@@ -93,7 +96,7 @@ var ranks = [numRanks]rankInfo{
 	rankNone:       {name: "none"},
 	RankFilePos:    {name: "FilePos"},
 	RankNamespace:  {name: "Namespace"},
-	RankIOLock:     {name: "IOLock"},
+	RankIOLock:     {name: "IOLock", multi: true},
 	RankBlockRange: {name: "BlockRange"},
 	RankAppends:    {name: "Appends"},
 	RankSyncSerial: {name: "SyncSerial"},
@@ -102,6 +105,7 @@ var ranks = [numRanks]rankInfo{
 	RankInodeMu:    {name: "InodeMu", multi: true},
 	RankCommit:     {name: "Commit"},
 	RankAlloc:      {name: "Alloc"},
+	RankRefcount:   {name: "Refcount"},
 	RankICache:     {name: "ICache"},
 	RankMapping:    {name: "Mapping"},
 	RankPageState:  {name: "PageState"},
@@ -140,6 +144,7 @@ type (
 	InodeMu    struct{}
 	Commit     struct{}
 	Alloc      struct{}
+	Refcount   struct{}
 	ICache     struct{}
 	Mapping    struct{}
 	PageState  struct{}
@@ -155,6 +160,7 @@ func (Readahead) Rank() Rank  { return RankReadahead }
 func (InodeMu) Rank() Rank    { return RankInodeMu }
 func (Commit) Rank() Rank     { return RankCommit }
 func (Alloc) Rank() Rank      { return RankAlloc }
+func (Refcount) Rank() Rank   { return RankRefcount }
 func (ICache) Rank() Rank     { return RankICache }
 func (Mapping) Rank() Rank    { return RankMapping }
 func (PageState) Rank() Rank  { return RankPageState }
