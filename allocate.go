@@ -128,6 +128,7 @@ func (fs *FS) allocNear(hint, want uint64) (alloc.Extent, error) {
 			return e, eio(serr)
 		}
 		fs.alloc.Unbusy(fs.commit.seq)
+		fs.shared.Unrelease(fs.commit.seq)
 		e, err = fs.alloc.AllocReserved(alloc.BlockNum(hint), want)
 	}
 	if err != nil {

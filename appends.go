@@ -297,7 +297,7 @@ func (in *inode) directAppend(k *kiocb) (int, error) {
 	if err := in.lockIO(iolock.Shared, k.nowait); err != nil {
 		return 0, err
 	}
-	if !k.keepPrivs && in.needsPrivStrip() {
+	if !k.keepPrivs && in.needsPrivStrip() || in.sharing() {
 		in.io.Unlock(iolock.Shared)
 		if k.nowait {
 			return 0, fs.nowaitEAGAIN(nwNeedExclusive)
@@ -370,7 +370,7 @@ func (in *inode) bufferedAppend(k *kiocb) (int, error) {
 	fs := in.fs
 	fs.cache.ThrottleDirty()
 	in.io.Lock(iolock.Shared)
-	if !k.keepPrivs && in.needsPrivStrip() {
+	if !k.keepPrivs && in.needsPrivStrip() || in.sharing() {
 		in.io.Unlock(iolock.Shared)
 		return in.bufferedWrite(k) // drains the appends in flight first
 	}
@@ -545,7 +545,7 @@ func (in *inode) publishAppends(run []*appendRes) error {
 	dirty := false
 	switch {
 	case len(conv) > 0:
-		dirty, err = in.convertWrittenLocked(conv, end, true)
+		dirty, err = in.convertWrittenLocked(conv, nil, end, true)
 	case uint64(end) > in.attr.Size:
 		in.attr.Size = uint64(end)
 		dirty = !in.attrDirty

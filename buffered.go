@@ -439,6 +439,18 @@ func (in *inode) bufferedWrite(k *kiocb) (int, error) {
 		in.io.Unlock(iolock.Exclusive)
 		return 0, nil
 	}
+	// Shared blocks are copied first: the pages then go back to blocks
+	// of the file's own (cow.go).
+	if in.fs.shared.Any() {
+		if k.nowait && in.sharing() {
+			in.io.Unlock(iolock.Exclusive)
+			return 0, fs.nowaitEAGAIN(nwAllocate)
+		}
+		if err := in.unshareRange(k.off, k.off+int64(len(k.buf))); err != nil {
+			in.io.Unlock(iolock.Exclusive)
+			return 0, err
+		}
+	}
 	done, err := in.copyToPages(k, true)
 	in.io.Unlock(iolock.Exclusive)
 	if done == 0 {

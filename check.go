@@ -3,6 +3,7 @@ package sluice
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/volume"
@@ -14,7 +15,7 @@ type Problem struct {
 	// extent-in-free-space, extent-out-of-range, free-out-of-range,
 	// overlapping-free, dangling-entry, wrong-link-count, leaked-blocks,
 	// extent-past-eof, extent-of-non-file, orphan-linked, bad-superblock,
-	// bad-parent.
+	// bad-parent, wrong-refcount, staged-in-use.
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
 }
@@ -23,15 +24,20 @@ func (p Problem) String() string { return p.Kind + ": " + p.Detail }
 
 // CheckReport is what Check found.
 type CheckReport struct {
-	Problems    []Problem  `json:"problems"`
-	Inodes      int        `json:"inodes"`
-	Directories int        `json:"directories"`
-	Files       int        `json:"files"`
-	Extents     int        `json:"extents"`
-	DataBlocks  uint64     `json:"data_blocks"`
-	UsedBlocks  uint64     `json:"used_blocks"`
-	FreeBlocks  uint64     `json:"free_blocks"`
-	Orphans     []meta.Ino `json:"orphans"`
+	Problems    []Problem `json:"problems"`
+	Inodes      int       `json:"inodes"`
+	Directories int       `json:"directories"`
+	Files       int       `json:"files"`
+	Extents     int       `json:"extents"`
+	DataBlocks  uint64    `json:"data_blocks"`
+	UsedBlocks  uint64    `json:"used_blocks"`
+	FreeBlocks  uint64    `json:"free_blocks"`
+	// SharedBlocks counts the blocks more than one extent maps (reflink);
+	// StagingBlocks the copy-on-write staging blocks (in UsedBlocks: a
+	// crash leaves them, the next open frees them).
+	SharedBlocks  uint64     `json:"shared_blocks"`
+	StagingBlocks uint64     `json:"staging_blocks"`
+	Orphans       []meta.Ino `json:"orphans"`
 }
 
 // Clean reports whether no problem was found.
@@ -66,11 +72,6 @@ func (fs *FS) Check() (*CheckReport, error) {
 // fallocate KEEP_SIZE leaves them).
 func CheckVolume(v *volume.Volume) (*CheckReport, error) {
 	return checkKV(v.KV, v.Header)
-}
-
-type devRun struct {
-	start, end uint64
-	owner      meta.Ino // 0 for free space
 }
 
 func checkKV(kv meta.Reader, h *volume.Header) (*CheckReport, error) {
@@ -263,8 +264,7 @@ func checkKV(kv meta.Reader, h *volume.Header) (*CheckReport, error) {
 			r.add("extent-out-of-range", "inode %d: device blocks [%d, %d) outside [%d, %d)", ino, e.DevBlock, e.DevBlock+e.Len, h.DataStart, total)
 			return nil
 		}
-		runs = append(runs, devRun{e.DevBlock, e.DevBlock + e.Len, ino})
-		r.UsedBlocks += e.Len
+		runs = append(runs, devRun{start: e.DevBlock, end: e.DevBlock + e.Len, owner: ino})
 		return nil
 	}); err != nil {
 		return nil, err
@@ -280,51 +280,193 @@ func checkKV(kv meta.Reader, h *volume.Header) (*CheckReport, error) {
 			r.add("free-out-of-range", "free blocks [%d, %d) outside [%d, %d)", s, s+n, h.DataStart, total)
 			return nil
 		}
-		runs = append(runs, devRun{s, s + n, 0})
+		runs = append(runs, devRun{start: s, end: s + n, kind: runFree})
 		r.FreeBlocks += n
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i].start < runs[j].start })
-	// One sweep finds both double ownership and blocks nobody owns (a sum
-	// would let one double-owned block hide one leaked block).
-	cursor := h.DataStart
-	var leaked uint64
-	var firstGap uint64
-	for i, b := range runs {
-		if b.start > cursor {
-			if leaked == 0 {
-				firstGap = cursor
-			}
-			leaked += b.start - cursor
+	start, end = meta.StagedKeyRange()
+	if err := kv.Scan(start, end, func(k, v []byte) error {
+		s, n, err := meta.DecodeStaged(k, v)
+		if err != nil {
+			r.add("corrupt-record", "staged key %x: %v", k, err)
+			return nil
 		}
-		if i > 0 {
-			a := runs[i-1]
-			if b.start < a.end {
-				switch {
-				case a.owner == 0 && b.owner == 0:
-					r.add("overlapping-free", "free extents overlap at block %d", b.start)
-				case a.owner == 0 || b.owner == 0:
-					r.add("extent-in-free-space", "block %d is both free and owned by inode %d", b.start, max(a.owner, b.owner))
-				default:
-					r.add("overlapping-extents", "block %d is owned by inodes %d and %d", b.start, a.owner, b.owner)
-				}
-				if b.end < a.end { // keep the longer run for the next comparison
-					runs[i] = a
-				}
-			}
+		if s < h.DataStart || s+n > total {
+			r.add("extent-out-of-range", "staging blocks [%d, %d) outside [%d, %d)", s, s+n, h.DataStart, total)
+			return nil
 		}
-		cursor = max(cursor, runs[i].end)
+		runs = append(runs, devRun{start: s, end: s + n, kind: runStaged})
+		r.StagingBlocks += n
+		return nil
+	}); err != nil {
+		return nil, err
 	}
-	if cursor < total {
-		if leaked == 0 {
-			firstGap = cursor
+	start, end = meta.SharedKeyRange()
+	if err := kv.Scan(start, end, func(k, v []byte) error {
+		s, n, refs, err := meta.DecodeShared(k, v)
+		if err != nil {
+			r.add("corrupt-record", "shared key %x: %v", k, err)
+			return nil
 		}
-		leaked += total - cursor
+		runs = append(runs, devRun{start: s, end: s + n, kind: runShared, refs: refs})
+		return nil
+	}); err != nil {
+		return nil, err
 	}
+	sweepDevice(r, runs, h.DataStart, total)
+	return r, nil
+}
+
+// devRun is a run of device blocks that a record names: an extent's (and
+// its owner), a free extent, a staging run, or a shared run with its
+// reference count.
+type devRun struct {
+	start, end uint64
+	kind       runKind
+	owner      meta.Ino // runExtent
+	refs       uint32   // runShared
+}
+
+type runKind uint8
+
+const (
+	runExtent runKind = iota
+	runFree
+	runStaged
+	runShared
+)
+
+// sweepDevice walks the data area once, in pieces over which no record
+// starts or ends, and checks that every block is exactly one of: free,
+// staged, or mapped by extents — by one, or by n >= 2 with a shared record
+// counting n (and no shared record elsewhere). It counts used and shared
+// blocks into r. (A sum would let one double-owned block hide a leaked
+// one.)
+func sweepDevice(r *CheckReport, runs []devRun, dataStart, total uint64) {
+	type edge struct {
+		at    uint64
+		delta int
+		run   int
+	}
+	edges := make([]edge, 0, 2*len(runs))
+	for i, x := range runs {
+		if x.end > x.start {
+			edges = append(edges, edge{x.start, +1, i}, edge{x.end, -1, i})
+		}
+	}
+	// Ends before starts at one block, so that touching runs never
+	// count as overlapping.
+	sort.Slice(edges, func(i, j int) bool {
+		a, b := edges[i], edges[j]
+		return a.at < b.at || a.at == b.at && a.delta < b.delta
+	})
+	var extents, free, staged int
+	var refs uint32
+	owners := map[int]struct{}{} // extent runs covering the piece
+	var leaked, firstGap uint64
+	reported := map[string]int{}
+	report := func(kind, format string, args ...any) {
+		if reported[kind] < 20 {
+			r.add(kind, format, args...)
+		}
+		reported[kind]++
+	}
+	check := func(lo, hi uint64) {
+		if lo >= hi {
+			return
+		}
+		covered := extents + free + staged
+		switch {
+		case covered == 0:
+			if lo >= dataStart && hi <= total {
+				if leaked == 0 {
+					firstGap = lo
+				}
+				leaked += hi - lo
+			}
+		case free > 1:
+			report("overlapping-free", "free extents overlap at block %d", lo)
+		case free == 1 && covered > 1:
+			report("extent-in-free-space", "block %d is both free and %s", lo, describeOwners(runs, owners, staged))
+		case staged > 0 && covered > 1:
+			report("staged-in-use", "block %d is a staging block and %s", lo, describeOwners(runs, owners, staged-1))
+		case extents >= 2 && refs == 0:
+			report("overlapping-extents", "block %d is %s, with no shared record", lo, describeOwners(runs, owners, 0))
+		}
+		if extents > 0 {
+			r.UsedBlocks += hi - lo
+		}
+		if extents >= 2 {
+			r.SharedBlocks += hi - lo
+		}
+		if refs != 0 && uint32(extents) != refs {
+			report("wrong-refcount", "blocks [%d, %d) have a shared record counting %d references, but %d extents map them", lo, hi, refs, extents)
+		}
+	}
+	cur := dataStart
+	for i := 0; i < len(edges); {
+		at := edges[i].at
+		if at > cur {
+			check(cur, min(at, total))
+			cur = at
+		}
+		for ; i < len(edges) && edges[i].at == at; i++ {
+			e := edges[i]
+			x := runs[e.run]
+			switch x.kind {
+			case runExtent:
+				extents += e.delta
+				if e.delta > 0 {
+					owners[e.run] = struct{}{}
+				} else {
+					delete(owners, e.run)
+				}
+			case runFree:
+				free += e.delta
+			case runStaged:
+				staged += e.delta
+			case runShared:
+				if e.delta > 0 {
+					if refs != 0 {
+						report("wrong-refcount", "shared records overlap at block %d", at)
+					}
+					refs = x.refs
+				} else {
+					refs = 0
+				}
+			}
+		}
+	}
+	check(cur, total)
+	r.UsedBlocks += r.StagingBlocks
 	if leaked > 0 {
 		r.add("leaked-blocks", "%d blocks are neither free nor owned (the first at block %d)", leaked, firstGap)
 	}
-	return r, nil
+	for kind, n := range reported {
+		if n > 20 {
+			r.add(kind, "%d more", n-20)
+		}
+	}
+}
+
+// describeOwners names the extents covering a block, for a problem report.
+func describeOwners(runs []devRun, owners map[int]struct{}, staged int) string {
+	var inos []meta.Ino
+	for i := range owners {
+		inos = append(inos, runs[i].owner)
+	}
+	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
+	var parts []string
+	for _, ino := range inos {
+		parts = append(parts, fmt.Sprintf("inode %d", ino))
+	}
+	if staged > 0 {
+		parts = append(parts, "a staging block")
+	}
+	if len(parts) == 0 {
+		return "owned by nothing else"
+	}
+	return "owned by " + strings.Join(parts, " and ")
 }

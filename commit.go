@@ -10,6 +10,7 @@ import (
 	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/refcount"
 )
 
 // txn collects the metadata changes of one transaction. It is only used
@@ -88,16 +89,68 @@ func (r extentRecorder) Put(e extmap.Extent) {
 }
 func (r extentRecorder) Delete(fileBlock uint64) { r.kv.Delete(meta.ExtentKey(r.ino, fileBlock)) }
 
-// freeBlocks returns device ranges to the allocator; they become
-// allocatable once this transaction is durable (busy extents).
+// freeBlocks gives up one reference on each block of the device ranges rs
+// (the extent records that mapped them are gone): staging blocks leave the
+// staging set, shared blocks lose a reference (package refcount), and the
+// blocks left with none go back to the allocator, allocatable once this
+// transaction is durable (busy extents).
 func (t *txn) freeBlocks(rs []extmap.DevRange) error {
+	fs := t.fs
 	for _, r := range rs {
-		if err := t.fs.alloc.Free(alloc.Extent{Start: alloc.BlockNum(r.Start), Len: r.Len}, t.seq); err != nil {
-			return fmt.Errorf("freeing blocks: %w", err)
+		staged, rest := fs.shared.SplitStaged(refcount.Range{Start: r.Start, Len: r.Len}, nil, nil)
+		for _, s := range staged {
+			fs.shared.Unstage(s, t.refs())
+			if err := t.free(s); err != nil {
+				return err
+			}
+		}
+		for _, x := range rest {
+			if !fs.shared.Any() {
+				if err := t.free(x); err != nil {
+					return err
+				}
+				continue
+			}
+			for _, f := range fs.shared.Drop(x, t.seq, t.refs()) {
+				if err := t.free(f); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
 }
+
+// remapped settles a copy-on-write whose record now maps r.New (extmap
+// MarkDurable, Unconvert): the new blocks leave the staging set, and the
+// old ones lose the reference the record held.
+func (t *txn) remapped(r extmap.Remapping) error {
+	t.fs.shared.Unstage(refcount.Range{Start: r.New.Start, Len: r.New.Len}, t.refs())
+	return t.freeBlocks([]extmap.DevRange{r.Old})
+}
+
+// free returns blocks no record maps any more to the allocator.
+func (t *txn) free(r refcount.Range) error {
+	if err := t.fs.alloc.Free(alloc.Extent{Start: alloc.BlockNum(r.Start), Len: r.Len}, t.seq); err != nil {
+		return fmt.Errorf("freeing blocks: %w", err)
+	}
+	return nil
+}
+
+// refs returns a Recorder that writes the shared-block table's record
+// changes (package refcount) into the transaction.
+func (t *txn) refs() refcount.Recorder { return refRecorder{t.kv} }
+
+type refRecorder struct{ kv meta.Txn }
+
+func (r refRecorder) PutShared(x refcount.Run) {
+	r.kv.Set(meta.SharedKey(x.Start), meta.EncodeShared(x.Len, x.Refs))
+}
+func (r refRecorder) DeleteShared(start uint64) { r.kv.Delete(meta.SharedKey(start)) }
+func (r refRecorder) PutStaged(x refcount.Range) {
+	r.kv.Set(meta.StagedKey(x.Start), meta.EncodeStaged(x.Len))
+}
+func (r refRecorder) DeleteStaged(start uint64) { r.kv.Delete(meta.StagedKey(start)) }
 
 // allocIno hands out a new inode number and records the superblock.
 func (t *txn) allocIno() meta.Ino {
@@ -160,6 +213,7 @@ func (fs *FS) syncPoint() error {
 		return fs.shutdownWith(fmt.Errorf("syncing metadata: %w", err))
 	}
 	fs.alloc.Unbusy(seq)
+	fs.shared.Unrelease(seq)
 	fs.counters.SyncPoints.Add(1)
 	return nil
 }

@@ -22,10 +22,12 @@ type fileRange struct{ first, n uint64 }
 // records it commits, in one transaction, still say unwritten; with
 // publish, the same transaction raises the size to end (never shrinking:
 // racing completions leave the largest end) and records the inode. The
-// inode joins the dirty set while conversions are pending.
-func (in *inode) convertWritten(conv []fileRange, end int64, publish bool) error {
+// copy-on-write runs cow, whose staging blocks hold their data now, are
+// remapped in the same transaction, with the same epoch (remapLocked). The
+// inode joins the dirty set while conversions or remaps are pending.
+func (in *inode) convertWritten(conv []fileRange, cow []cowRange, end int64, publish bool) error {
 	in.mu.Lock()
-	dirty, err := in.convertWrittenLocked(conv, end, publish)
+	dirty, err := in.convertWrittenLocked(conv, cow, end, publish)
 	in.mu.Unlock()
 	if dirty {
 		in.fs.markDirty(in)
@@ -37,12 +39,15 @@ func (in *inode) convertWritten(conv []fileRange, end int64, publish bool) error
 // whether the inode must join the dirty set (conversions are pending).
 //
 // Preconditions: in.mu is held.
-func (in *inode) convertWrittenLocked(conv []fileRange, end int64, publish bool) (dirty bool, err error) {
+func (in *inode) convertWrittenLocked(conv []fileRange, cow []cowRange, end int64, publish bool) (dirty bool, err error) {
 	fs := in.fs
 	err = fs.transact(func(t *txn) error {
 		epoch := fs.convEpoch.Load()
 		for _, r := range conv {
 			in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
+		}
+		if err := in.remapLocked(t, cow, epoch); err != nil {
+			return err
 		}
 		if publish {
 			if uint64(end) > in.attr.Size {
@@ -82,7 +87,7 @@ func (in *inode) convertWrittenBack(conv []fileRange) error {
 	var dirty bool
 	var err error
 	if len(conv) > 0 {
-		dirty, err = in.convertWrittenLocked(conv, 0, false)
+		dirty, err = in.convertWrittenLocked(conv, nil, 0, false)
 	}
 	in.mu.Unlock()
 	if dirty {
@@ -113,7 +118,8 @@ type convGroup struct {
 // dioOp; the leader that takes it touches it only until it sends on done.
 type convReq struct {
 	conv []fileRange
-	end  int64 // the size to publish, at least
+	cow  []cowRange // copy-on-write runs to remap
+	end  int64      // the size to publish, at least
 	next *convReq
 	err  error
 	// lead says the waiter is to lead: it commits batch, the requests
@@ -187,13 +193,15 @@ func (in *inode) leadConversions(batch, own *convReq) {
 // finds its signal when it waits), reporting whether own was in batch.
 func (in *inode) commitConversions(batch, own *convReq) (ownDone bool) {
 	var conv []fileRange
+	var cow []cowRange
 	var end int64
 	n := 0
 	for r := batch; r != nil; r = r.next {
 		if n == 0 && r.next == nil {
-			conv = r.conv // one request: no copy
+			conv, cow = r.conv, r.cow // one request: no copy
 		} else {
 			conv = append(conv, r.conv...)
+			cow = append(cow, r.cow...)
 		}
 		end = max(end, r.end)
 		n++
@@ -201,7 +209,7 @@ func (in *inode) commitConversions(batch, own *convReq) (ownDone bool) {
 	if n > 1 {
 		in.fs.counters.ConvsBatched.Add(int64(n - 1))
 	}
-	err := in.convertWritten(conv, end, true)
+	err := in.convertWritten(conv, cow, end, true)
 	for r := batch; r != nil; {
 		next := r.next
 		r.next, r.err = nil, err

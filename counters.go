@@ -79,6 +79,16 @@ type Counters struct {
 	DontCacheDropped        atomic.Int64 // RWFDontCache: pages dropped once clean
 	DontCacheBusy           atomic.Int64 // RWFDontCache: pages kept, locked or dirtied again when they could have gone
 	RenameWhiteouts         atomic.Int64 // whiteouts left by RenameWhiteout
+	// Reflink and copy-on-write (cow.go, reflink.go).
+	Clones             atomic.Int64 // clone and dedupe operations that shared blocks
+	ClonedBlocks       atomic.Int64 // blocks they shared
+	LockRangeCow       atomic.Int64 // aligned direct writes holding their shared blocks' range
+	CowWrites          atomic.Int64 // direct writes that wrote shared blocks out of place
+	CowCopiedBlocks    atomic.Int64 // shared blocks copied before a write (unshareLocked)
+	CowRemaps          atomic.Int64 // copy-on-write runs remapped in core (pending until a sync point)
+	CowStagedBlocks    atomic.Int64 // staging blocks handed to copies-on-write
+	CowRefills         atomic.Int64 // transactions that allocated staging blocks ahead
+	SharedWriteRefused atomic.Int64 // shared blocks a write path refused to write in place (never expected)
 }
 
 // CounterValues is a snapshot of Counters by name.

@@ -196,9 +196,25 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 	} else {
 		fs.counters.LockExclDirectWrite.Add(1)
 	}
+	// Shared blocks are written out of place (planWrite), their range
+	// held until the remap, so that two writes of one shared block take
+	// turns: the second finds it remapped, and writes it in place.
+	var rng *iolock.Range
+	first, nb := fs.blockRange(k.off, k.off+int64(len(k.buf)))
+	if shared, err := in.sharedIn(first, nb); err != nil || shared {
+		if err == nil && k.nowait {
+			err = fs.nowaitEAGAIN(nwAllocate)
+		}
+		if err != nil {
+			in.io.Unlock(mode)
+			return 0, err
+		}
+		rng = in.ranges.Lock(first, nb)
+		fs.counters.LockRangeCow.Add(1)
+	}
 	// An append keeps the lock exclusive until its size is published, so
 	// that the next appender sees it: appenders never overlap.
-	return in.submitDirectWrite(k, mode, k.append, nil)
+	return in.submitDirectWrite(k, mode, k.append, rng)
 }
 
 // directWriteUnaligned writes a sub-block range
@@ -253,10 +269,22 @@ func (in *inode) directWriteUnaligned(k *kiocb) (int, error) {
 		in.io.Unlock(mode)
 		return 0, err
 	}
+	return in.submitExclusive(k)
+}
+
+// submitExclusive is the exclusive route of a sub-block direct write, the
+// I/O lock held exclusive and the write checks done: drain, copy the
+// shared blocks it touches (unshareRange), submit, and hold the lock until
+// completion.
+func (in *inode) submitExclusive(k *kiocb) (int, error) {
 	// This must be the only direct I/O in flight: a concurrent sub-block
 	// write into the same unwritten block would zero our bytes (or we
 	// theirs) before either conversion ran (IOMAP_DIO_FORCE_WAIT).
 	in.drain()
+	if err := in.unshareRange(k.off, k.off+int64(len(k.buf))); err != nil {
+		in.io.Unlock(iolock.Exclusive)
+		return 0, err
+	}
 	return in.submitDirectWrite(k, iolock.Exclusive, true, nil)
 }
 
@@ -290,15 +318,19 @@ func (in *inode) directWriteRange(k *kiocb) (int, error) {
 		// The checks took the lock exclusive (privileges to strip): the
 		// exclusive route from here, as if it had been chosen at once.
 		fs.counters.LockExclUnaligned.Add(1)
-		in.drain()
-		return in.submitDirectWrite(k, iolock.Exclusive, true, nil)
+		return in.submitExclusive(k)
 	}
 	// The size only grows under the shared lock, so the write stays
 	// within EOF.
-	overwrite, eofBlock, err := in.subBlockMapping(k.off, end)
+	overwrite, eofBlock, shared, err := in.subBlockMapping(k.off, end)
 	if err != nil {
 		in.io.Unlock(mode)
 		return 0, err
+	}
+	if shared {
+		// A shared block is copied first, under the exclusive lock.
+		in.io.Unlock(mode)
+		return 0, errNeedExclusive
 	}
 	var rng *iolock.Range
 	if !overwrite || in.lockEOFBlock(eofBlock) {
@@ -315,23 +347,26 @@ func (in *inode) directWriteRange(k *kiocb) (int, error) {
 }
 
 // subBlockMapping reports whether [off, end), within EOF, lies in one
-// written extent (so a sub-block write there is a pure overwrite), and
-// whether it touches the block holding EOF when EOF is not block-aligned.
-func (in *inode) subBlockMapping(off, end int64) (overwrite, eofBlock bool, err error) {
+// written extent of blocks of the file's own (so a sub-block write there is
+// a pure overwrite), whether it touches the block holding EOF when EOF is
+// not block-aligned, and whether it touches a shared block (which only the
+// exclusive route writes: it copies it first).
+func (in *inode) subBlockMapping(off, end int64) (overwrite, eofBlock, shared bool, err error) {
 	fs := in.fs
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	m, err := in.extentsLocked()
 	if err != nil {
-		return false, false, err
+		return false, false, false, err
 	}
 	first, nb := fs.blockRange(off, end)
 	var one [2]extmap.Segment
 	segs := m.Lookup(first, nb, one[:0])
-	overwrite = len(segs) == 1 && !segs[0].Hole && segs[0].State == meta.Written
+	shared = len(in.sharedSegsLocked(first, nb)) > 0
+	overwrite = len(segs) == 1 && !segs[0].Hole && segs[0].State == meta.Written && !shared
 	size := int64(in.attr.Size)
 	eofBlock = size%fs.blockSize != 0 && uint64(size/fs.blockSize) < first+nb
-	return overwrite, eofBlock, nil
+	return overwrite, eofBlock, shared, nil
 }
 
 // lockEOFBlock reports whether a sub-block write that touches the EOF
@@ -379,7 +414,7 @@ func (in *inode) directWriteOverwriteOnly(k *kiocb) (int, error) {
 		in.io.Unlock(mode)
 		return 0, errNeedExclusive
 	}
-	ok, eofBlock, err := in.subBlockMapping(k.off, end)
+	ok, eofBlock, _, err := in.subBlockMapping(k.off, end)
 	if err != nil {
 		in.io.Unlock(mode)
 		return 0, err
@@ -510,6 +545,17 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool, allocT
 		}
 		segs = m.Lookup(first, nb, segs[:0])
 	}
+	if shared := in.sharedSegsLocked(first, nb); len(shared) > 0 {
+		if nowait {
+			in.mu.Unlock()
+			return nil, fs.nowaitEAGAIN(nwAllocate)
+		}
+		segs, err = in.planCow(op, segs, shared, off, end)
+		if err != nil {
+			in.mu.Unlock()
+			return nil, err
+		}
+	}
 	in.mu.Unlock()
 	conv := op.convBuf[:0]
 	bs := fs.blockSize
@@ -547,6 +593,69 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool, allocT
 	return conv, nil
 }
 
+// planCow replaces the shared blocks in segs (shared, from
+// sharedSegsLocked) with staging blocks, recording each run in op.cow for
+// the remap at completion: the write goes out of place. The write must
+// cover each shared block whole (only aligned direct writes come here;
+// every other route copies shared blocks first).
+//
+// Preconditions: in.mu is held.
+func (in *inode) planCow(op *dioOp, segs, shared []extmap.Segment, off, end int64) ([]extmap.Segment, error) {
+	fs := in.fs
+	bs := fs.blockSize
+	var n uint64
+	for _, s := range shared {
+		if int64(s.FileBlock)*bs < off || int64(s.End())*bs > end {
+			return nil, fs.sharedInPlace("direct write", in, s.FileBlock)
+		}
+		n += s.Len
+	}
+	stage, err := fs.takeStaging(n, shared[0].DevBlock)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]extmap.Segment, 0, len(segs)+2*len(shared))
+	for _, s := range segs {
+		cur := s.FileBlock
+		for len(shared) > 0 && shared[0].FileBlock < s.End() {
+			sh := shared[0]
+			if cur < sh.FileBlock {
+				out = append(out, segPiece(s, cur, sh.FileBlock))
+				cur = sh.FileBlock
+			}
+			// The shared run, onto staging runs.
+			for cur < sh.End() {
+				r := &stage[0]
+				k := min(r.Len, sh.End()-cur)
+				out = append(out, extmap.Segment{FileBlock: cur, Len: k, DevBlock: r.Start, State: meta.Written})
+				op.cow = append(op.cow, cowRange{fb: cur, n: k, dev: r.Start})
+				r.Start += k
+				r.Len -= k
+				if r.Len == 0 {
+					stage = stage[1:]
+				}
+				cur += k
+			}
+			shared = shared[1:]
+		}
+		if cur < s.End() {
+			out = append(out, segPiece(s, cur, s.End()))
+		}
+	}
+	fs.counters.CowWrites.Add(1)
+	return out, nil
+}
+
+// segPiece returns the part of segment s that covers file blocks [lo, hi).
+func segPiece(s extmap.Segment, lo, hi uint64) extmap.Segment {
+	p := s
+	p.FileBlock, p.Len = lo, hi-lo
+	if !s.Hole {
+		p.DevBlock = s.DevBlock + (lo - s.FileBlock)
+	}
+	return p
+}
+
 // batchDone runs when the op's device requests have completed.
 func (op *dioOp) batchDone(err error) {
 	if !op.write {
@@ -559,7 +668,7 @@ func (op *dioOp) batchDone(err error) {
 		return
 	}
 	in := op.in
-	if len(op.conv) > 0 || op.k.dsync || op.extends || in.pages.Len() > 0 || op.app != nil {
+	if len(op.conv) > 0 || len(op.cow) > 0 || op.k.dsync || op.extends || in.pages.Len() > 0 || op.app != nil {
 		// Work that may block (a metadata commit, a sync, page
 		// invalidation) runs off the device's completion goroutine: in
 		// a synchronous request's waiter, else on a goroutine of its
@@ -580,7 +689,7 @@ func (op *dioOp) finishWrite(err error) {
 		op.app.written(op, err)
 		return
 	}
-	in.finishDirectWrite(&op.cr, op.off, op.end, op.conv, op.extends, err)
+	in.finishDirectWrite(&op.cr, op.off, op.end, op.conv, op.cow, op.extends, err)
 	if op.rng != nil {
 		in.ranges.Unlock(op.rng)
 	}
@@ -627,16 +736,20 @@ type appendCompleter interface {
 }
 
 // finishDirectWrite is the completion of a direct write, in the kernel's
-// order: convert unwritten extents (their data is on the device now), then
+// order: convert unwritten extents (their data is on the device now) and
+// remap the blocks it wrote out of place (cow: copy-on-write), then
 // publish the new size (never shrinking: racing completions leave the
 // largest end), then drop cached pages of the range again (a buffered read
 // racing the write must not keep stale pages), then end the in-flight
 // count. The caller then syncs for O_DSYNC. The conversion shares its
 // transaction with the writes to in that complete meanwhile (cr, the
 // write's own request; convGroup).
-func (in *inode) finishDirectWrite(cr *convReq, off, end int64, conv []fileRange, extends bool, err error) {
-	if err == nil && (len(conv) > 0 || extends) {
-		cr.conv, cr.end = conv, end
+func (in *inode) finishDirectWrite(cr *convReq, off, end int64, conv []fileRange, cow []cowRange, extends bool, err error) {
+	if err != nil && len(cow) > 0 {
+		in.fs.returnStaging(cow) // the staging blocks hold nothing of ours
+	}
+	if err == nil && (len(conv) > 0 || len(cow) > 0 || extends) {
+		cr.conv, cr.cow, cr.end = conv, cow, end
 		if cerr := in.convertGrouped(cr); cerr != nil {
 			err = cerr
 		}

@@ -68,7 +68,8 @@
 //
 //	FilePos     File.posMu: the file position (Read, Write, Seek only)
 //	Namespace   FS.ns: shared for lookups, exclusive for namespace changes
-//	IOLock      inode.io, the I/O lock (iolock.Lock), one inode at a time;
+//	IOLock      inode.io, the I/O lock (iolock.Lock); two at once (a clone,
+//	            an exchange) in inode-number order (lockIO2);
 //	            held across device I/O submission; the sub-block and
 //	            extending direct-write routes hand it to the request, whose
 //	            completion releases it
@@ -93,6 +94,7 @@
 //	            under it (allocate.go, allocNear)
 //	Commit      FS.commitMu: metadata transactions, the allocator journal
 //	Alloc       the allocator's mutex
+//	Refcount    the shared-block table's mutex (refcount.Table)
 //	ICache      FS.icache.mu: the in-core inode table (taken after
 //	            inode.mu: maybeEvict, persist)
 //	Mapping     a page-cache mapping's mutex
@@ -142,6 +144,7 @@
 //	space.go            path: truncate, fallocate, SEEK_DATA/SEEK_HOLE (lockSpace)
 //	fiemap.go           path: FS_IOC_FIEMAP (File.Fiemap), under inode.mu
 //	copyrange.go        path: File.Extend and File.Modified, for copy_file_range
+//	reflink.go          path: clone and dedupe (File.CloneRange, CloneBlocks, DedupeRange; remapRange)
 //	writechecks.go      the write checks both write paths run (writeChecks, stripPrivs)
 //	zero.go             in-place zeroing on the device (zeroEOFTail, zeroBlockRange)
 //	invalidate.go       page-cache coherence for direct I/O and space ops (invalidateRange)
@@ -149,6 +152,7 @@
 //	request.go          mechanism: kiocb, dioOp, ioBatch: the requests, down to the device
 //	allocate.go         mechanism: block allocation, delayed-allocation reservations
 //	convert.go          mechanism: unwritten to written (convertWritten; convGroup shares one commit among completions)
+//	cow.go              mechanism: copy-on-write of shared blocks (staging, unshareLocked, remapLocked)
 //	readbeforewrite.go  mechanism: the read-before-write rule (readBeforeWrite)
 //	unitpages.go        mechanism: the neighbour pages a whole-unit read fills
 //	lockio.go           mechanism: lockIO, drain, nowaitEAGAIN

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/refcount"
 )
 
 // FIEMAP (FS_IOC_FIEMAP): the file's extents over a byte range, as XFS
@@ -27,10 +28,8 @@ const (
 	FiemapExtentDelalloc  = 0x4   // FIEMAP_EXTENT_DELALLOC: dirty cached data, blocks not allocated (with UNKNOWN)
 	FiemapExtentUnwritten = 0x800 // FIEMAP_EXTENT_UNWRITTEN: allocated, reads as zeros
 	FiemapExtentMerged    = 0x1000
-	// FiemapExtentShared (FIEMAP_EXTENT_SHARED) marks blocks another file
-	// also maps. sluice has no shared extents yet (reflink, issue 20), so
-	// Fiemap never sets it; the reflink change sets it in fiemapFlags from
-	// the extent's reference count.
+	// FiemapExtentShared (FIEMAP_EXTENT_SHARED) marks blocks that more
+	// than one extent maps (reflink).
 	FiemapExtentShared = 0x2000
 )
 
@@ -64,9 +63,13 @@ type FiemapExtent struct {
 //   - holes are not reported; the last extent reported carries
 //     FiemapExtentLast (iomap_fiemap marks the last mapping it found in the
 //     range, even when the file has more past it);
+//   - written blocks that more than one extent maps (a clone's) carry
+//     FiemapExtentShared, and an extent is split where sharing starts or
+//     ends (xfs_reflink_trim_around_shared); the count is the shared-block
+//     table's, so blocks the other file copied on write still count as
+//     shared until the sync point that persists its copy;
 //   - FiemapExtentMerged is never set (sluice's extents are merged in core
-//     as XFS's are, so an extent is a real one), nor FiemapExtentShared
-//     (no shared extents yet).
+//     as XFS's are, so an extent is a real one).
 //
 // With FiemapFlagXattr it returns no extents: extended attributes live in
 // the metadata store, not on the data device (as XFS with a local or
@@ -139,9 +142,26 @@ func (in *inode) fiemap(start, length uint64, flags uint32) ([]FiemapExtent, err
 		}
 		out = append(out, e)
 	}
+	var refs []refcount.Run
 	for _, s := range segs {
 		if !s.Hole {
-			add(FiemapExtent{Logical: s.FileBlock * bs, Physical: s.DevBlock * bs, Length: s.Len * bs, Flags: fiemapFlags(s)})
+			flags := fiemapFlags(s)
+			if s.State == meta.Written {
+				refs = in.fs.shared.Refs(refcount.Range{Start: s.DevBlock, Len: s.Len}, refs[:0])
+			}
+			cur := s.DevBlock
+			piece := func(dev, n uint64, flags uint32) {
+				if n > 0 {
+					add(FiemapExtent{Logical: (s.FileBlock + dev - s.DevBlock) * bs, Physical: dev * bs, Length: n * bs, Flags: flags})
+				}
+			}
+			for _, r := range refs {
+				piece(cur, r.Start-cur, flags)
+				piece(r.Start, r.Len, flags|FiemapExtentShared)
+				cur = r.End()
+			}
+			piece(cur, s.DevBlock+s.Len-cur, flags)
+			refs = refs[:0]
 			continue
 		}
 		// Reservations inside the hole: dirty pages not yet allocated.
@@ -157,8 +177,7 @@ func (in *inode) fiemap(start, length uint64, flags uint32) ([]FiemapExtent, err
 }
 
 // fiemapFlags returns the FIEMAP flags of a mapped segment
-// (iomap_to_fiemap). Hook for reflink: FiemapExtentShared goes here, from
-// the blocks' reference count.
+// (iomap_to_fiemap), but FiemapExtentShared, which Fiemap adds per block.
 func fiemapFlags(s extmap.Segment) uint32 {
 	if s.State == meta.Unwritten {
 		return FiemapExtentUnwritten

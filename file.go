@@ -501,6 +501,10 @@ const (
 	// FallocInsertRange (FALLOC_FL_INSERT_RANGE) inserts a block-aligned
 	// hole, moving the rest of the file up; alone.
 	FallocInsertRange = 0x20
+	// FallocUnshareRange (FALLOC_FL_UNSHARE_RANGE) gives the range blocks
+	// of the file's own: shared (reflinked) blocks are copied, holes
+	// allocated as for mode 0; with or without KEEP_SIZE.
+	FallocUnshareRange = 0x40
 )
 
 // Fallocate allocates, punches, zeroes, collapses or inserts [off, off+n)

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicefs/sluice/internal/lockrank"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/pagecache"
+	"github.com/sluicefs/sluice/refcount"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -32,7 +33,11 @@ type FS struct {
 	dataStart  uint64
 	devBlocks  uint64
 	alloc      *alloc.Allocator
-	cache      *pagecache.Cache
+	// shared is the shared-block table (reflink) and the copy-on-write
+	// staging set; cow holds staging blocks allocated ahead (cow.go).
+	shared *refcount.Table
+	cow    cowPool
+	cache  *pagecache.Cache
 
 	// ns serialises namespace changes (create, link, unlink, rename, ...)
 	// and lets lookups run in parallel with each other. Directory entries
@@ -164,6 +169,9 @@ func OpenVolume(v *volume.Volume, opts *Options) (*FS, error) {
 		DirtyRatio:    o.DirtyRatio,
 	})
 	if !o.ReadOnly {
+		if err := fs.recoverStaging(); err != nil {
+			return nil, fmt.Errorf("freeing copy-on-write staging blocks: %w", err)
+		}
 		if err := fs.recoverOrphans(); err != nil {
 			return nil, err
 		}
@@ -193,6 +201,29 @@ func (fs *FS) loadAllocator() error {
 		return fmt.Errorf("loading free space: %w", err)
 	}
 	fs.alloc = a
+	var shared []refcount.Run
+	start, end = meta.SharedKeyRange()
+	err = fs.kv.Scan(start, end, func(k, v []byte) error {
+		s, n, refs, err := meta.DecodeShared(k, v)
+		shared = append(shared, refcount.Run{Start: s, Len: n, Refs: refs})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("loading shared blocks: %w", err)
+	}
+	var staged []refcount.Range
+	start, end = meta.StagedKeyRange()
+	err = fs.kv.Scan(start, end, func(k, v []byte) error {
+		s, n, err := meta.DecodeStaged(k, v)
+		staged = append(staged, refcount.Range{Start: s, Len: n})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("loading copy-on-write staging blocks: %w", err)
+	}
+	if fs.shared, err = refcount.Load(shared, staged); err != nil {
+		return fmt.Errorf("loading shared blocks: %w", err)
+	}
 	return nil
 }
 
@@ -217,7 +248,7 @@ func (fs *FS) Close() error {
 		close(fs.closing)
 		fs.bg.Wait()
 		if !fs.opts.ReadOnly && fs.shutdownErr() == nil {
-			err = fs.SyncAll()
+			err = errors.Join(fs.releaseStaging(), fs.SyncAll())
 		} else {
 			fs.writebacks.wait()
 		}

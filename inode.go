@@ -57,6 +57,12 @@ type inode struct {
 	// attrDirty says attr differs from the persisted record.
 	// Protected by mu.
 	attrDirty bool
+	// mayShare says some extent of the file may map shared blocks
+	// (reflink): set when the file takes part in a clone, or when its
+	// extents are loaded while the volume shares blocks; never cleared.
+	// Write paths ask the shared-block table only when it is set (cow.go).
+	// Protected by mu.
+	mayShare bool
 	// privChecked says privileged is known: whether a write must strip
 	// set-user-ID, set-group-ID or capabilities (the kernel's !IS_NOSEC).
 	// Protected by mu.
@@ -207,12 +213,15 @@ func (in *inode) extentsLocked() (*extmap.Map, error) {
 		return nil, eio(fmt.Errorf("inode %d: %w", in.ino, err))
 	}
 	in.ext = m
+	in.noteSharingLocked(m)
 	return m, nil
 }
 
 // persist writes in's attributes if they are dirty and marks its
-// conversions stamped <= epoch durable, in one transaction. Called by the
-// sync point after the device flush.
+// conversions and copy-on-write remaps stamped <= epoch durable, in one
+// transaction: a remap's record now maps the new blocks, so they leave the
+// staging set and the old ones lose the reference the record held. Called
+// by the sync point after the device flush.
 func (in *inode) persist(epoch uint64) error {
 	fs := in.fs
 	in.mu.Lock()
@@ -231,7 +240,11 @@ func (in *inode) persist(epoch uint64) error {
 	}
 	err := fs.transact(func(t *txn) error {
 		if in.ext != nil && in.ext.Pending() {
-			in.ext.MarkDurable(epoch, t.extents(in.ino))
+			for _, r := range in.ext.MarkDurable(epoch, t.extents(in.ino)) {
+				if err := t.remapped(r); err != nil {
+					return err
+				}
+			}
 		}
 		if in.attrDirty {
 			t.putInode(&in.attr)

@@ -163,26 +163,59 @@ var lockOps = map[string]lockOp{
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Truncate(2 * 4096) }
 	}},
-	"fallocate": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
+	"fallocate": {"fallocate, punch hole, zero range, collapse, insert and unshare range", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Fallocate(0, 4*4096, 4096) }
 	}},
-	"punch-hole": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
+	"punch-hole": {"fallocate, punch hole, zero range, collapse, insert and unshare range", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Fallocate(FallocPunchHole|FallocKeepSize, 0, 4096) }
 	}},
-	"zero-range": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
+	"zero-range": {"fallocate, punch hole, zero range, collapse, insert and unshare range", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Fallocate(FallocZeroRange, 0, 4096) }
 	}},
-	"collapse-range": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
+	"collapse-range": {"fallocate, punch hole, zero range, collapse, insert and unshare range", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Fallocate(FallocCollapseRange, 0, 4096) }
 	}},
-	"insert-range": {"fallocate, punch hole, zero range, collapse and insert range", func(e *testEnv) (*File, func() error) {
+	"unshare-range": {"fallocate, punch hole, zero range, collapse, insert and unshare range", func(e *testEnv) (*File, func() error) {
+		f := sharedLockFile(e)
+		return f, func() error { return f.Fallocate(FallocUnshareRange, 0, 4096) }
+	}},
+	"direct-write-shared": {"aligned direct write into shared blocks", func(e *testEnv) (*File, func() error) {
+		f := sharedLockFile(e)
+		return f, writeAt(f, 4096, 4096)
+	}},
+	"subblock-shared": {"sub-block direct write into shared blocks", func(e *testEnv) (*File, func() error) {
+		f := sharedLockFile(e)
+		return f, writeAt(f, 512, 4096+512)
+	}},
+	"clone": {"clone, dedupe (each file)", func(e *testEnv) (*File, func() error) {
+		src := lockFile(e, O_DIRECT)
+		f := e.mustCreate("/g", O_DIRECT)
+		return f, func() error { return f.Clone(src) }
+	}},
+	"dedupe": {"clone, dedupe (each file)", func(e *testEnv) (*File, func() error) {
+		src := lockFile(e, O_DIRECT)
+		f, _ := e.prewrite("/g", 4*4096, 1)
+		return f, func() error { _, err := src.DedupeRange(0, 4*4096, f, 0); return err }
+	}},
+	"insert-range": {"fallocate, punch hole, zero range, collapse, insert and unshare range", func(e *testEnv) (*File, func() error) {
 		f := lockFile(e, O_DIRECT)
 		return f, func() error { return f.Fallocate(FallocInsertRange, 0, 4096) }
 	}},
+}
+
+// sharedLockFile makes /f as lockFile does and clones it to /g: every
+// block of /f is shared.
+func sharedLockFile(e *testEnv) *File {
+	f := lockFile(e, O_DIRECT)
+	g := e.mustCreate("/g", O_DIRECT)
+	if err := g.Clone(f); err != nil {
+		e.t.Fatal(err)
+	}
+	return f
 }
 
 // runLockOp runs op on a fresh file system under pol and returns the modes

@@ -151,6 +151,7 @@ type dioOp struct {
 	n        int         // bytes to report on success (reads)
 	off, end int64       // the byte range written (writes)
 	conv     []fileRange // unwritten ranges to convert (writes)
+	cow      []cowRange  // shared runs written out of place, to remap (writes)
 	mode     iolock.Mode // lock mode held (writes)
 	holdLock bool        // unlock only at completion (writes)
 	extends  bool        // the write ends past the size at submission (writes)
@@ -203,8 +204,8 @@ func newDioOp(in *inode, k *kiocb) *dioOp {
 
 func (op *dioOp) free() {
 	op.b.reset()
-	op.in, op.k, op.conv, op.rng, op.app = nil, nil, nil, nil, nil
-	op.cr.conv, op.cr.err = nil, nil
+	op.in, op.k, op.conv, op.cow, op.rng, op.app = nil, nil, nil, nil, nil, nil
+	op.cr.conv, op.cr.cow, op.cr.err = nil, nil, nil
 	op.write, op.holdLock, op.extends = false, false, false
 	op.result.n, op.result.err, op.result.rng, op.result.next = 0, nil, nil, stepNone
 	dioPool.Put(op)

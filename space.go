@@ -141,6 +141,13 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 			}
 		}
 	}
+	if mode&FallocUnshareRange != 0 && off < old {
+		// xfs_reflink_unshare, within EOF; then mode 0.
+		first, nb := fs.blockRange(off, min(end, old))
+		if err := in.unshareLocked(first, nb); err != nil {
+			return err
+		}
+	}
 	if !keep && end > old {
 		if err := in.zeroEOFTail(old); err != nil {
 			return err
@@ -164,7 +171,19 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 			}
 		case mode&FallocZeroRange != 0:
 			if full1 > full0 {
-				m.Unconvert(full0, full1-full0, t.extents(in.ino))
+				// Shared blocks leave the file (a block of its own
+				// takes their place): made unwritten, they would be
+				// written in place by the next write.
+				for _, s := range in.sharedSegsLocked(full0, full1-full0) {
+					if err := t.freeBlocks(m.Remove(s.FileBlock, s.Len, t.extents(in.ino))); err != nil {
+						return err
+					}
+				}
+				for _, r := range m.Unconvert(full0, full1-full0, t.extents(in.ino)) {
+					if err := t.remapped(r); err != nil {
+						return err
+					}
+				}
 				if err := in.allocateLocked(t, full0, full1-full0, 0); err != nil {
 					return err
 				}
@@ -200,7 +219,7 @@ func checkFallocate(mode uint32, off, n int64) error {
 	}
 	keep := mode&FallocKeepSize != 0
 	switch mode &^ FallocKeepSize {
-	case 0, FallocZeroRange:
+	case 0, FallocZeroRange, FallocUnshareRange:
 	case FallocPunchHole:
 		if !keep {
 			return syscall.EOPNOTSUPP

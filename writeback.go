@@ -242,6 +242,9 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 				segs = m.Lookup(blk, n, segs[:0])
 			}
 		}
+		if shared := in.sharedSegsLocked(blk, n); err == nil && len(shared) > 0 {
+			err = fs.sharedInPlace("writeback", in, shared[0].FileBlock)
+		}
 	}
 	in.mu.Unlock()
 	if err != nil {

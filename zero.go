@@ -48,6 +48,11 @@ func (in *inode) zeroEOFTail(size int64) error {
 // pages.
 func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err error) {
 	fs := in.fs
+	if from < to {
+		if err := in.unshareLocked(blk, 1); err != nil {
+			return false, err
+		}
+	}
 	in.mu.Lock()
 	m, err := in.extentsLocked()
 	if err != nil {

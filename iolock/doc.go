@@ -201,9 +201,25 @@
 //	(xfs_setattr_size)            |                       |                       |
 //
 //	fallocate, punch hole, zero   | Exclusive; drain      | same                  | same
-//	range, collapse and insert    |                       |                       |
-//	range                         |                       |                       |
+//	range, collapse, insert and   |                       |                       |
+//	unshare range                 |                       |                       |
 //	(__xfs_file_fallocate)        |                       |                       |
+//
+//	aligned direct write into     | Shared, Range; the    | same                  | same
+//	shared blocks                 | shared blocks, held   |                       |
+//	(xfs_direct_write_iomap_begin | until the remap: the  |                       |
+//	with a CoW fork; Range:       | data goes to staging  |                       |
+//	none)                         | blocks                |                       |
+//
+//	sub-block direct write into   | Exclusive; drain,     | Shared, Exclusive;    | same
+//	shared blocks                 | copy the blocks,      | the overwrite-only    |
+//	(xfs_file_dio_write_unaligned,| synchronous           | attempt fails on a    |
+//	xfs_reflink_allocate_cow)     | completion            | shared block: as not  |
+//	                              |                       | one written extent    |
+//
+//	clone, dedupe (each file)     | Exclusive; both files | same                  | same
+//	(xfs_reflink_remap_prep:      | in inode-number       |                       |
+//	xfs_ilock2_io_mmap)           | order, drain both     |                       |
 //
 // Rows are separated by blank lines; a row's cells continue over its
 // lines, and the operation's lines in parentheses name its kernel
