@@ -36,15 +36,20 @@ const copyChunkBytes = 1 << 20
 //     so far, as the kernel expects; a cancelled request too (EINTR if
 //     nothing was copied yet).
 //
-// The copy is byte-level inside the daemon: the data goes from the engine
-// into a buffer and back into the engine, in pieces of copyChunkBytes,
-// without a round trip through the kernel. Holes are not copied as data:
-// SEEK_DATA and SEEK_HOLE on the source find them, a hole over data in the
-// destination is punched there, one over a hole or past the destination's
-// end of file is left alone (File.Extend grows the file when the copy
-// ends in one), so a sparse source stays sparse. Reflink (sharing the
-// source's extents, copy-on-write) would replace all of it; the engine
-// has no shared extents yet.
+// It clones first, as XFS's vfs_copy_file_range does
+// (sluice.File.CloneBlocks, REMAP_FILE_CAN_SHORTEN): with block-aligned
+// offsets, the largest whole-block prefix the clone rules allow (the
+// source's EOF block too when the copy reaches both files' ends) is
+// shared, not copied, and that prefix is the count returned: the caller's
+// next call copies the rest. So cp --reflink=auto makes a reflink copy.
+// What cannot be shared is copied at byte level inside the daemon: the
+// data goes from the engine into a buffer and back into the engine, in
+// pieces of copyChunkBytes, without a round trip through the kernel.
+// Holes are not copied as data: SEEK_DATA and SEEK_HOLE on the source find
+// them, a hole over data in the destination is punched there, one over a
+// hole or past the destination's end of file is left alone (File.Extend
+// grows the file when the copy ends in one), so a sparse source stays
+// sparse.
 //
 // Reads use the source handle's engine file: on an engine-direct handle
 // the engine's direct path, into the aligned buffer, reading the covering
@@ -110,6 +115,13 @@ func (fs *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (u
 	}
 	if n == 0 {
 		return 0, fuse.OK
+	}
+	// A clone first, as vfs_copy_file_range tries remap_file_range with
+	// REMAP_FILE_CAN_SHORTEN on XFS: the largest block-aligned prefix is
+	// shared and returned as a short count (the caller's next call copies
+	// the rest); if nothing can be shared, or the clone fails, copy.
+	if cloned, err := dst.f.CloneBlocks(src.f, offIn, offOut, n); err == nil && cloned > 0 {
+		return uint32(cloned), fuse.OK
 	}
 	if err := dst.f.Modified(0); err != nil {
 		return 0, fs.toStatus("copy_file_range", in.NodeIdOut, err)

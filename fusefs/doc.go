@@ -187,10 +187,11 @@
 // # Whole-volume sync, copies and statx
 //
 // SyncFS (SYNCFS) is a sync point of the whole volume: the engine's
-// SyncAll. CopyFileRange (COPY_FILE_RANGE) copies inside the daemon,
-// through a pooled aligned buffer in 1 MiB pieces, and leaves the
-// source's holes holes in the destination; it is a byte copy, not a
-// reflink (the engine has no shared extents). Statx (STATX) answers
+// SyncAll. CopyFileRange (COPY_FILE_RANGE) clones first, as XFS does
+// (whole blocks at block-aligned offsets are shared, not copied:
+// cp --reflink=auto makes a reflink copy), and copies the rest inside the
+// daemon, through a pooled aligned buffer in 1 MiB pieces, leaving the
+// source's holes holes in the destination. Statx (STATX) answers
 // GetAttr's attributes in statx form, without a birth time, which sluice
 // does not keep.
 //
@@ -211,8 +212,13 @@
 // fallocate(2)'s FALLOC_FL_COLLAPSE_RANGE and FALLOC_FL_INSERT_RANGE stop in
 // fuse_file_fallocate (fs/fuse/file.c), which refuses any mode bit but
 // KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE with EOPNOTSUPP before it builds a
-// FUSE_FALLOCATE; the engine serves them on the library and the ring.
-// TestLinuxAPIKernelRefusals records both on the running kernel.
+// FUSE_FALLOCATE; the engine serves them on the library and the ring. The
+// same check stops FALLOC_FL_UNSHARE_RANGE. FICLONE, FICLONERANGE and
+// FIDEDUPERANGE end in vfs_clone_file_range and vfs_dedupe_file_range,
+// which answer EOPNOTSUPP for a file without remap_file_range, and FUSE
+// has none: cp --reflink=always fails on a FUSE mount, and --reflink=auto
+// falls back to copy_file_range, which clones (above).
+// TestLinuxAPIKernelRefusals records them on the running kernel.
 //
 // # Shutdown and stale mounts
 //

@@ -18,6 +18,13 @@ type Info struct {
 	FreeBlocks   uint64 `json:"free_blocks"`
 	UsedBlocks   uint64 `json:"used_blocks"`
 	FreeExtents  int    `json:"free_extents"`
+	// SharedBlocks counts the blocks more than one extent maps (reflink);
+	// SavedBlocks the blocks that sharing saves (the sum of each shared
+	// block's references but one); StagingBlocks the copy-on-write blocks
+	// not yet mapped (freed at the next read-write open).
+	SharedBlocks  uint64 `json:"shared_blocks"`
+	SavedBlocks   uint64 `json:"saved_blocks"`
+	StagingBlocks uint64 `json:"staging_blocks"`
 	Inodes       int    `json:"inodes"`
 	Orphans      int    `json:"orphans"`
 	DataBackend  string `json:"data_backend,omitempty"`
@@ -55,6 +62,23 @@ func (v *Volume) Stat() (*Info, error) {
 		return nil, err
 	}
 	in.UsedBlocks = in.DataBlocks - min(in.FreeBlocks, in.DataBlocks)
+	start, end = meta.SharedKeyRange()
+	if err := v.KV.Scan(start, end, func(k, val []byte) error {
+		_, n, refs, err := meta.DecodeShared(k, val)
+		in.SharedBlocks += n
+		in.SavedBlocks += n * uint64(refs-1)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	start, end = meta.StagedKeyRange()
+	if err := v.KV.Scan(start, end, func(k, val []byte) error {
+		_, n, err := meta.DecodeStaged(k, val)
+		in.StagingBlocks += n
+		return err
+	}); err != nil {
+		return nil, err
+	}
 	start, end = meta.InodeKeyRange()
 	if err := v.KV.Scan(start, end, func([]byte, []byte) error { in.Inodes++; return nil }); err != nil {
 		return nil, err

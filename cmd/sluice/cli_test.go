@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/volume"
 )
@@ -540,6 +541,22 @@ func TestFsckProblems(t *testing.T) {
 			tx.Set(meta.ExtentKey(2, 0), meta.EncodeExtent(meta.Extent{DevBlock: sb.DataStart, Len: 2, State: meta.Written}))
 			tx.Set(meta.ExtentKey(3, 0), meta.EncodeExtent(meta.Extent{DevBlock: sb.DataStart + 1, Len: 1, State: meta.Written}))
 		}, []string{"overlapping-extents"}},
+		{"shared blocks counted wrong", func(tx meta.Txn, sb *meta.Superblock) {
+			tx.Delete(meta.FreeKey(sb.DataStart))
+			tx.Set(meta.FreeKey(sb.DataStart+2), meta.EncodeFree(testVolDataBlocks-2))
+			addFile(tx, sb, 2, "a", 2*4096, 1)
+			addFile(tx, sb, 3, "b", 4096, 1)
+			tx.Set(meta.ExtentKey(2, 0), meta.EncodeExtent(meta.Extent{DevBlock: sb.DataStart, Len: 2, State: meta.Written}))
+			tx.Set(meta.ExtentKey(3, 0), meta.EncodeExtent(meta.Extent{DevBlock: sb.DataStart + 1, Len: 1, State: meta.Written}))
+			tx.Set(meta.SharedKey(sb.DataStart), meta.EncodeShared(2, 3))
+		}, []string{"wrong-refcount"}},
+		{"staging block mapped by a file", func(tx meta.Txn, sb *meta.Superblock) {
+			tx.Delete(meta.FreeKey(sb.DataStart))
+			tx.Set(meta.FreeKey(sb.DataStart+1), meta.EncodeFree(testVolDataBlocks-1))
+			addFile(tx, sb, 2, "a", 4096, 1)
+			tx.Set(meta.ExtentKey(2, 0), meta.EncodeExtent(meta.Extent{DevBlock: sb.DataStart, Len: 1, State: meta.Written}))
+			tx.Set(meta.StagedKey(sb.DataStart), meta.EncodeStaged(1))
+		}, []string{"staged-in-use"}},
 		{"entry to a missing inode", func(tx meta.Txn, sb *meta.Superblock) {
 			tx.Set(meta.DirentKey(meta.RootIno, "ghost"), meta.EncodeDirent(meta.Dirent{Ino: 99, Type: sIFREG}))
 		}, []string{"dangling-entry"}},
@@ -852,5 +869,48 @@ func TestBinary(t *testing.T) {
 	}
 	if code, out, errOut := exe("mkfs", "--help"); code != 0 || errOut != "" || !strings.Contains(out, `(default "4096")`) {
 		t.Errorf("mkfs --help: exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+}
+
+// TestStatFsckShared: stat and fsck count a reflink copy's shared blocks
+// and what the sharing saves.
+func TestStatFsckShared(t *testing.T) {
+	dir := mkfsTestVolume(t)
+	fs, err := sluice.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := fs.Create("/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.WriteAt(bytes.Repeat([]byte("x"), 40960), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"/b", "/c"} {
+		b, err := fs.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Clone(a); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+	}
+	a.Close()
+	if err := fs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j := statJSONOf(t, dir)
+	if j["shared_blocks"] != 10.0 || j["saved_blocks"] != 20.0 || j["used_blocks"] != 10.0 {
+		t.Errorf("stat: shared %v, saved %v, used %v; want 10, 20, 10", j["shared_blocks"], j["saved_blocks"], j["used_blocks"])
+	}
+	code, out, _ := sluiceRun(t, "stat", dir)
+	if code != 0 || !strings.Contains(out, "shared       10 blocks, 40960 B (40 KiB) (reflink copies save 81920 B (80 KiB))\n") {
+		t.Errorf("stat: exit %d:\n%s", code, out)
+	}
+	code, out, _ = sluiceRun(t, "fsck", dir)
+	if code != 0 || !strings.Contains(out, "): clean\n") || !strings.Contains(out, "10 used, ") || !strings.Contains(out, ", 10 shared\n") {
+		t.Errorf("fsck: exit %d:\n%s", code, out)
 	}
 }

@@ -109,7 +109,10 @@ func printCheckReport(w io.Writer, dir, uuid string, r *sluice.CheckReport) {
 		r.Directories, pickPlural(r.Directories, "directory", "directories"),
 		r.Files, pickPlural(r.Files, "file", "files"),
 		r.Extents, pickPlural(r.Extents, "extent", "extents"))
-	fmt.Fprintf(w, "  blocks   %d data: %d used, %d free\n", r.DataBlocks, r.UsedBlocks, r.FreeBlocks)
+	fmt.Fprintf(w, "  blocks   %d data: %d used, %d free, %d shared\n", r.DataBlocks, r.UsedBlocks, r.FreeBlocks, r.SharedBlocks)
+	if r.StagingBlocks > 0 {
+		fmt.Fprintf(w, "  staging  %d blocks (copy-on-write blocks a crash left; freed at the next read-write open, not a problem)\n", r.StagingBlocks)
+	}
 	if len(r.Orphans) == 0 {
 		fmt.Fprintf(w, "  orphans  none\n")
 	} else {

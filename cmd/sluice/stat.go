@@ -90,6 +90,10 @@ func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
 	line("data", "%d blocks, %s", in.DataBlocks, bytesIEC(out.DataBytes))
 	line("used", "%d blocks, %s (%s)", in.UsedBlocks, bytesIEC(out.UsedBytes), in.UsedFraction)
 	line("free", "%d blocks, %s in %d %s", in.FreeBlocks, bytesIEC(out.FreeBytes), in.FreeExtents, pickPlural(in.FreeExtents, "extent", "extents"))
+	line("shared", "%d blocks, %s (reflink copies save %s)", in.SharedBlocks, bytesIEC(in.SharedBlocks*bs), bytesIEC(in.SavedBlocks*bs))
+	if in.StagingBlocks > 0 {
+		line("staging", "%d blocks (copy-on-write blocks a crash left; freed at the next read-write open)", in.StagingBlocks)
+	}
 	line("inodes", "%d", in.Inodes)
 	line("orphans", "%d", in.Orphans)
 	return nil
