@@ -89,6 +89,7 @@ type Counters struct {
 	CowStagedBlocks    atomic.Int64 // staging blocks handed to copies-on-write
 	CowRefills         atomic.Int64 // transactions that allocated staging blocks ahead
 	SharedWriteRefused atomic.Int64 // shared blocks a write path refused to write in place (never expected)
+	Exchanges          atomic.Int64 // exchange-range operations that exchanged (ExchangeRange)
 }
 
 // CounterValues is a snapshot of Counters by name.

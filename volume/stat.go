@@ -6,18 +6,18 @@ import (
 
 // Info describes a volume for `sluice stat`.
 type Info struct {
-	Dir          string `json:"dir,omitempty"`
-	UUID         string `json:"uuid"`
-	Format       uint32 `json:"format"`
-	BlockSize    uint32 `json:"block_size"`
-	IOUnit       uint32 `json:"io_unit"`
-	DeviceBytes  uint64 `json:"device_bytes"`
-	DataStart    uint64 `json:"data_start_block"`
-	TotalBlocks  uint64 `json:"total_blocks"`
-	DataBlocks   uint64 `json:"data_blocks"`
-	FreeBlocks   uint64 `json:"free_blocks"`
-	UsedBlocks   uint64 `json:"used_blocks"`
-	FreeExtents  int    `json:"free_extents"`
+	Dir         string `json:"dir,omitempty"`
+	UUID        string `json:"uuid"`
+	Format      uint32 `json:"format"`
+	BlockSize   uint32 `json:"block_size"`
+	IOUnit      uint32 `json:"io_unit"`
+	DeviceBytes uint64 `json:"device_bytes"`
+	DataStart   uint64 `json:"data_start_block"`
+	TotalBlocks uint64 `json:"total_blocks"`
+	DataBlocks  uint64 `json:"data_blocks"`
+	FreeBlocks  uint64 `json:"free_blocks"`
+	UsedBlocks  uint64 `json:"used_blocks"`
+	FreeExtents int    `json:"free_extents"`
 	// SharedBlocks counts the blocks more than one extent maps (reflink);
 	// SavedBlocks the blocks that sharing saves (the sum of each shared
 	// block's references but one); StagingBlocks the copy-on-write blocks
@@ -25,13 +25,13 @@ type Info struct {
 	SharedBlocks  uint64 `json:"shared_blocks"`
 	SavedBlocks   uint64 `json:"saved_blocks"`
 	StagingBlocks uint64 `json:"staging_blocks"`
-	Inodes       int    `json:"inodes"`
-	Orphans      int    `json:"orphans"`
-	DataBackend  string `json:"data_backend,omitempty"`
-	MetaBackend  string `json:"meta_backend"`
-	MetaURL      string `json:"meta_url,omitempty"`
-	DirectIO     bool   `json:"direct_io"`
-	UsedFraction string `json:"used,omitempty"`
+	Inodes        int    `json:"inodes"`
+	Orphans       int    `json:"orphans"`
+	DataBackend   string `json:"data_backend,omitempty"`
+	MetaBackend   string `json:"meta_backend"`
+	MetaURL       string `json:"meta_url,omitempty"`
+	DirectIO      bool   `json:"direct_io"`
+	UsedFraction  string `json:"used,omitempty"`
 }
 
 // Stat reads the header and counts space and inodes in the metadata.

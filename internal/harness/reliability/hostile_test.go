@@ -157,7 +157,7 @@ func hostileCases() []hostileCase {
 		{"fallocate whose end overflows", syscall.EFBIG, false, func(h *hostileEnv) error { return h.rw.Fallocate(0, math.MaxInt64-10, 100) }},
 		{"fallocate of 2^62 at 2^62", syscall.EFBIG, false, func(h *hostileEnv) error { return h.rw.Fallocate(0, 1<<62, 1<<62) }},
 		{"fallocate punch without keep-size", syscall.EOPNOTSUPP, false, func(h *hostileEnv) error { return h.rw.Fallocate(sluice.FallocPunchHole, 0, 4096) }},
-		{"fallocate unknown mode", syscall.EOPNOTSUPP, false, func(h *hostileEnv) error { return h.rw.Fallocate(0x40, 0, 4096) }},
+		{"fallocate unknown mode", syscall.EOPNOTSUPP, false, func(h *hostileEnv) error { return h.rw.Fallocate(0x100, 0, 4096) }},
 		{"fallocate of 1 TiB", syscall.ENOSPC, true, func(h *hostileEnv) error { return h.rw.Fallocate(0, 0, 1<<40) }},
 		{"fallocate keep-size of 1 TiB", syscall.ENOSPC, true, func(h *hostileEnv) error { return h.rw.Fallocate(sluice.FallocKeepSize, 4096, 1<<40) }},
 		{"direct pwrite of 1 TiB worth of holes", syscall.ENOSPC, true, func(h *hostileEnv) error {
