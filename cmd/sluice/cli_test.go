@@ -913,4 +913,22 @@ func TestStatFsckShared(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "): clean\n") || !strings.Contains(out, "10 used, ") || !strings.Contains(out, ", 10 shared\n") {
 		t.Errorf("fsck: exit %d:\n%s", code, out)
 	}
+	code, out, _ = sluiceRun(t, "fiemap", dir, "/b")
+	if code != 0 || !strings.HasPrefix(out, "/b: 1 extent, size 40960\n") || !strings.Contains(out, "40960  shared,last\n") {
+		t.Errorf("fiemap: exit %d:\n%s", code, out)
+	}
+	code, out, _ = sluiceRun(t, "fiemap", "--json", dir, "c")
+	var fm struct {
+		Size    int64 `json:"size"`
+		Extents []struct {
+			Length uint64   `json:"length"`
+			Names  []string `json:"flag_names"`
+		} `json:"extents"`
+	}
+	if err := json.Unmarshal([]byte(out), &fm); err != nil || code != 0 || fm.Size != 40960 || len(fm.Extents) != 1 || fm.Extents[0].Length != 40960 || !slices.Contains(fm.Extents[0].Names, "shared") {
+		t.Errorf("fiemap --json: exit %d, %v:\n%s", code, err, out)
+	}
+	if code, _, errOut := sluiceRun(t, "fiemap", dir, "/nope"); code != 1 || !strings.Contains(errOut, "no such file") {
+		t.Errorf("fiemap of a missing file: exit %d, %q", code, errOut)
+	}
 }

@@ -119,6 +119,7 @@ found), 2 a command-line mistake, 8 fsck could not check the volume.`,
 		newUmountCommand(),
 		newStatCommand(),
 		newFsckCommand(),
+		newFiemapCommand(),
 		newBenchCommand(benchArgs),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
