@@ -1,6 +1,7 @@
 // Package ring is sluice's asynchronous submission ring, the engine's
-// io_uring: a program submits reads, writes, fsyncs, fallocates and
-// truncates of open files without blocking, and collects their
+// io_uring: a program submits reads, writes, fsyncs, fallocates (every
+// mode) and truncates of open files, and renames with renameat2's flags
+// (exchange, whiteout, no-replace), without blocking, and collects their
 // completions later, while a bounded pool of workers runs what cannot
 // be done without blocking. It is built on File.ReadAsync and
 // File.WriteAsync of the root package and reproduces two seed experiments:

@@ -51,9 +51,10 @@ func (r *Ring) issue(q *request, onCompleter bool) {
 		}
 		n, err = s.File.WriteAsync(s.Buf, s.Off, s.Flags, q.done)
 	default:
-		// Fsync, Fdatasync, Fallocate and Truncate have no non-blocking
-		// form: they always go to the pool, as in io_uring (io_fsync and
-		// io_fallocate return -EAGAIN under IO_URING_F_NONBLOCK).
+		// Fsync, Fdatasync, Fallocate, Truncate and Renameat have no
+		// non-blocking form: they always go to the pool, as in io_uring
+		// (io_fsync and io_fallocate return -EAGAIN under
+		// IO_URING_F_NONBLOCK; renameat is forced async).
 		r.punt(q, onCompleter)
 		return
 	}
@@ -137,7 +138,11 @@ func (r *Ring) punt(q *request, onCompleter bool) {
 	if hashed {
 		r.stats.hashedPunts.Add(1)
 	}
-	if !r.pool.enqueue(q, hashed, s.File.Ino()) {
+	var ino sluice.Ino
+	if s.File != nil {
+		ino = s.File.Ino()
+	}
+	if !r.pool.enqueue(q, hashed, ino) {
 		r.cancel(q, onCompleter)
 	}
 }
@@ -163,6 +168,8 @@ func (r *Ring) runBlocking(q *request) {
 		err = s.File.Fallocate(s.Mode, s.Off, s.Len)
 	case OpTruncate:
 		err = s.File.Truncate(s.Off)
+	case OpRenameat:
+		err = s.FS.Rename(s.Path, s.Path2, s.Mode)
 	}
 	r.stats.workersBlocked.Add(-1)
 	if err != nil && s.Flags&sluice.RWFNoWait != 0 && errors.Is(err, syscall.EAGAIN) {

@@ -28,9 +28,14 @@ const (
 	OpFallocate
 	// OpTruncate is File.Truncate(Off) (IORING_OP_FTRUNCATE).
 	OpTruncate
+	// OpRenameat is FS.Rename(Path, Path2, Mode) (IORING_OP_RENAMEAT with
+	// AT_FDCWD the volume's root: paths from the root, Mode the renameat2
+	// flags sluice.RenameNoReplace, RenameExchange, RenameWhiteout). It
+	// takes FS, not File.
+	OpRenameat
 )
 
-var opNames = [...]string{"invalid", "read", "write", "fsync", "fdatasync", "fallocate", "truncate"}
+var opNames = [...]string{"invalid", "read", "write", "fsync", "fdatasync", "fallocate", "truncate", "renameat"}
 
 // String returns the operation's name.
 func (op Op) String() string {
@@ -44,8 +49,12 @@ func (op Op) String() string {
 type SQE struct {
 	// Op is the operation.
 	Op Op
-	// File is the open file to operate on.
+	// File is the open file to operate on (every op but OpRenameat).
 	File *sluice.File
+	// FS is the file system of a namespace op (OpRenameat), and Path and
+	// Path2 its paths (from the root).
+	FS          *sluice.FS
+	Path, Path2 string
 	// Buf is the buffer of a read or write. It stays the caller's, but
 	// the ring and the engine use it until the operation's completion is
 	// delivered: the caller must neither change (write) nor read (read)
@@ -57,7 +66,8 @@ type SQE struct {
 	Off int64
 	// Len is the length of a fallocate.
 	Len int64
-	// Mode is the mode of a fallocate (sluice.FallocKeepSize, ...).
+	// Mode is the mode of a fallocate (sluice.FallocKeepSize, ...), or
+	// the flags of a rename.
 	Mode uint32
 	// Flags modify a read or write: sluice.RWFNoWait (complete with EAGAIN
 	// rather than punt to a worker), RWFAppend, RWFDsync, RWFSync,
@@ -267,11 +277,13 @@ func (r *Ring) ResetStats() { r.stats.reset() }
 // as a CQE. Submit fails, using no entry, with ErrRingFull, ErrClosed, or
 // an EINVAL error for an SQE without a file or with an unknown Op.
 func (r *Ring) Submit(sqe SQE) error {
-	if sqe.File == nil {
-		return invalidSQE("no file")
-	}
-	if sqe.Op < OpRead || sqe.Op > OpTruncate {
+	switch {
+	case sqe.Op < OpRead || sqe.Op > OpRenameat:
 		return invalidSQE("unknown op %d", sqe.Op)
+	case sqe.Op == OpRenameat && sqe.FS == nil:
+		return invalidSQE("no file system")
+	case sqe.Op != OpRenameat && sqe.File == nil:
+		return invalidSQE("no file")
 	}
 	q, err := r.acquire()
 	if err != nil {
@@ -301,6 +313,14 @@ func (r *Ring) Fsync(f *sluice.File, tag uint64) error {
 // Fdatasync submits an Fdatasync of f.
 func (r *Ring) Fdatasync(f *sluice.File, tag uint64) error {
 	return r.Submit(SQE{Op: OpFdatasync, File: f, Tag: tag})
+}
+
+// Renameat submits a Rename(oldpath, newpath, flags) of fs: renameat2(2)
+// with its RENAME_NOREPLACE, RENAME_EXCHANGE and RENAME_WHITEOUT flags (as
+// sluice.RenameNoReplace, ...). It always runs on a worker, as io_uring's
+// renameat does.
+func (r *Ring) Renameat(fs *sluice.FS, oldpath, newpath string, flags uint32, tag uint64) error {
+	return r.Submit(SQE{Op: OpRenameat, FS: fs, Path: oldpath, Path2: newpath, Mode: flags, Tag: tag})
 }
 
 // Fallocate submits a Fallocate(mode, off, n) of f.
