@@ -23,7 +23,7 @@ const copyChunkBytes = 1 << 20
 //
 //   - flags other than 0: EINVAL; a source not open for reading or a
 //     destination not open for writing: EBADF (an O_APPEND destination
-//     the kernel refuses itself: handles do not record O_APPEND); a
+//     the kernel refuses itself, generic_copy_file_checks); a
 //     directory: EISDIR; another non-regular file: EINVAL;
 //   - the count is cut at the source's end of file: a copy from past it
 //     copies 0 bytes, one across it is short;

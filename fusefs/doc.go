@@ -201,6 +201,51 @@
 // fsync(2) of a file and of a directory (FSYNCDIR) are the durable paths.
 // SyncFS is there for a kernel that sends it.
 //
+// # Exchange-range (XFS_IOC_EXCHANGE_RANGE)
+//
+// XFS_IOC_EXCHANGE_RANGE (0x40285881, _IOW('X', 129, struct
+// xfs_exchange_range)) is not a VFS ioctl, so Linux (6.18 here) forwards
+// it from fuse_file_ioctl as FUSE_IOCTL on the handle of file2, the
+// descriptor it was issued on, with the 40-byte struct copied in and no
+// data out; no INIT flag is needed. FS.Ioctl decodes it as
+// xfs_ioc_exchange_range does (EINVAL for a pad or a flag, before the
+// descriptor is looked at) and calls (*sluice.File).ExchangeRange, which
+// applies XFS's checks and exchanges in one transaction. Every other ioctl
+// that reaches the daemon is answered ENOTTY, as before (the kernel turned
+// the old ENOSYS into ENOTTY itself).
+//
+// file1_fd is a descriptor of the caller, and FUSE sends only the
+// caller's thread ID. The daemon resolves it through /proc: statx of
+// /proc/TID/fd/FD, with AT_STATX_DONT_SYNC so that the kernel answers a
+// file of this mount from its own inode rather than with a GETATTR to the
+// daemon (the ioctl never waits for another request), gives st_dev (this
+// mount's, or EXDEV) and st_ino (the engine's inode number);
+// /proc/TID/fdinfo/FD gives the open file description's access mode and
+// O_APPEND. file1 is opened in the engine with those, file2 is the
+// handle's engine file (or, if it was opened O_APPEND, one opened so), and
+// the engine refuses what XFS refuses (EBADF unless both are O_RDWR and
+// not O_APPEND). The limits: a descriptor the daemon cannot inspect is
+// EBADF (a daemon not run by root sees only its own user's dumpable
+// processes; a caller in a PID namespace the mount's cannot see has
+// thread ID 0); file2's O_APPEND is the one it was opened with, since
+// fcntl(F_SETFL) is not sent to the daemon (file1's comes from fdinfo and
+// is current); EXDEV compares devices, not mounts as XFS does, so a bind
+// mount of the mount counts as the mount; and FUSE takes no lock for an
+// ioctl, so a write racing with the exchange through the kernel's cache
+// may land on either side of it where XFS would make it wait.
+//
+// The kernel cannot know that an ioctl changed two files, so the daemon
+// tells it (fuseserver's InvalidateInode, FUSE_NOTIFY_INVAL_INODE of the
+// whole file, for each inode): before the exchange, which writes the
+// kernel's dirty pages of both files back (writeback cache, shared
+// mappings), and after it, before the reply, which drops the pages and the
+// attributes, so reads and stat after the ioctl see the exchanged data,
+// sizes and times. With Options.WritebackCache the kernel keeps its own
+// sizes of open files over the daemon's (fuse_change_attributes_i), so an
+// exchange with TO_EOF, which swaps sizes, is refused with EOPNOTSUPP
+// there; exchanges within EOF work. TestExchangeRangeMount and
+// TestExchangeRangeMountWriteback show it on the running kernel.
+//
 // # What the kernel does not forward
 //
 // FS_IOC_FIEMAP never reaches the daemon: do_vfs_ioctl (fs/ioctl.c)
@@ -218,7 +263,10 @@
 // which answer EOPNOTSUPP for a file without remap_file_range, and FUSE
 // has none: cp --reflink=always fails on a FUSE mount, and --reflink=auto
 // falls back to copy_file_range, which clones (above).
-// TestLinuxAPIKernelRefusals records them on the running kernel.
+// TestLinuxAPIKernelRefusals records them on the running kernel. The file
+// attribute ioctls (FS_IOC_GETFLAGS, FS_IOC_FSGETXATTR and their setters:
+// lsattr, chattr) do reach the daemon, on a private OPEN of the kernel's
+// (fuse_priv_ioctl), and are answered ENOTTY.
 //
 // # Shutdown and stale mounts
 //

@@ -27,6 +27,7 @@ type plan struct {
 	direct      bool   // the application opened O_DIRECT
 	engDirect   bool   // the engine file is O_DIRECT
 	openFlags   uint32 // FOPEN_* for the kernel, without the parallel bit
+	append      bool   // the application opened O_APPEND
 }
 
 // planOpen maps the application's open flags to the engine's and to the
@@ -38,7 +39,7 @@ type plan struct {
 // writable handle of the inode, which must write where they say.
 func (fs *FS) planOpen(flags uint32) plan {
 	f := int(flags) & openFlags
-	p := plan{direct: f&sluice.O_DIRECT != 0}
+	p := plan{direct: f&sluice.O_DIRECT != 0, append: flags&sluice.O_APPEND != 0}
 	p.bufFlags = f &^ (sluice.O_DIRECT | sluice.O_TRUNC)
 	switch {
 	case p.direct:
@@ -65,7 +66,7 @@ func (fs *FS) planOpen(flags uint32) plan {
 // finishOpen registers the engine file f under a new handle and fills the
 // reply.
 func (fs *FS) finishOpen(i sluice.Ino, f *sluice.File, p plan, out *fuse.OpenOut) {
-	h := &handle{ino: i, f: f, direct: p.direct, engineDirect: p.engDirect, bufFlags: p.bufFlags}
+	h := &handle{ino: i, f: f, direct: p.direct, engineDirect: p.engDirect, bufFlags: p.bufFlags, append: p.append}
 	out.Fh = fs.handles.add(h)
 	out.OpenFlags = p.openFlags
 	if p.direct && f.ParallelDirectWrites() {

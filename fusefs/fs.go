@@ -18,7 +18,7 @@ import (
 // fuse.RawFileSystem. Create it with New (or let Mount do it). Its methods
 // are called by go-fuse, each request on its own goroutine.
 type FS struct {
-	fuse.RawFileSystem // ENOSYS for what sluice does not serve (ioctl, POSIX locks, ...)
+	fuse.RawFileSystem // ENOSYS for what sluice does not serve (POSIX locks, BMAP, ...)
 
 	eng  *sluice.FS // Immutable.
 	opts Options    // Immutable, defaults filled.
@@ -36,6 +36,11 @@ type FS struct {
 	ioErrLog ioErrorLog
 	bounce   bouncePool
 
+	// srv is the server of the mount, for notifications and the mount's
+	// device number. Set by Attach before the first request is served,
+	// then immutable; nil when FS is served by no fuseserver (tests).
+	srv *fuseserver.Server
+
 	// panicHook, when set (tests only), runs at the start of Lookup with
 	// the looked-up name: a test makes it panic to check that the mount
 	// survives.
@@ -52,6 +57,7 @@ type FS struct {
 var (
 	_ fuse.RawFileSystem  = (*FS)(nil)
 	_ fuseserver.SyncFSer = (*FS)(nil)
+	_ fuseserver.Attacher = (*FS)(nil)
 )
 
 // ttl is a timeout as the FUSE protocol carries it.
@@ -87,6 +93,11 @@ func New(eng *sluice.FS, o *Options) (*FS, error) {
 	}
 	return fs, nil
 }
+
+// Attach is called by fuseserver.Mount once INIT is answered, before any
+// other request: FS keeps the server to send it notifications
+// (InvalidateInode after an exchange) and to know the mount's device.
+func (fs *FS) Attach(s *fuseserver.Server) { fs.srv = s }
 
 // Engine returns the file system being served.
 func (fs *FS) Engine() *sluice.FS { return fs.eng }
@@ -180,6 +191,11 @@ type handle struct {
 	// bufFlags are the flags to open the buffered companion with.
 	// Immutable.
 	bufFlags int
+	// append says the file was opened O_APPEND, which OPEN and CREATE
+	// carry but never reaches the engine (planOpen); a later
+	// fcntl(F_SETFL) is not sent to the daemon, so it is the open's.
+	// Immutable.
+	append bool
 
 	mu struct {
 		sync.Mutex

@@ -55,6 +55,7 @@ const (
 	opSyncfs
 	opCopyFileRange
 	opStatx
+	opIoctl
 	opCount
 )
 
@@ -66,7 +67,7 @@ var opNames = [opCount]string{
 	opOpendir: "OPENDIR", opReaddir: "READDIR", opReaddirplus: "READDIRPLUS", opReleasedir: "RELEASEDIR",
 	opFsyncdir: "FSYNCDIR", opStatfs: "STATFS", opGetxattr: "GETXATTR", opListxattr: "LISTXATTR",
 	opSetxattr: "SETXATTR", opRemovexattr: "REMOVEXATTR", opAccess: "ACCESS", opSyncfs: "SYNCFS",
-	opCopyFileRange: "COPY_FILE_RANGE", opStatx: "STATX",
+	opCopyFileRange: "COPY_FILE_RANGE", opStatx: "STATX", opIoctl: "IOCTL",
 }
 
 func (o op) String() string { return opNames[o] }

@@ -155,7 +155,7 @@ func init() {
 	set(opInterrupt, "INTERRUPT", sizeOf[fuse.InterruptIn](), 0, doInterrupt)
 	set(opBmap, "BMAP", hdr+16, 0, nil)
 	set(opDestroy, "DESTROY", hdr, 0, doDestroy)
-	set(opIoctl, "IOCTL", sizeOf[fuse.IoctlIn](), 0, nil)
+	set(opIoctl, "IOCTL", sizeOf[fuse.IoctlIn](), sizeOf[fuse.IoctlOut](), doIoctl)
 	set(opPoll, "POLL", hdr+24, 0, nil)
 	set(opNotifyReply, "NOTIFY_REPLY", hdr+24, 0, nil)
 	handlers[opNotifyReply].noReply = true
@@ -467,6 +467,37 @@ func doCopyFileRange(s *Server, r *request) {
 		out[fuse.CopyFileRangeOut](r).BytesCopied = uint64(n)
 	} else {
 		out[fuse.WriteOut](r).Size = n
+	}
+}
+
+// doIoctl answers IOCTL. A FUSE file system gets only restricted ioctls
+// (fuse_file_ioctl and fuse_dir_ioctl call fuse_do_ioctl without
+// FUSE_IOCTL_UNRESTRICTED, which is CUSE's), whose data the kernel moves
+// as the command's _IOC_DIR and _IOC_SIZE say: for an _IOW command it has
+// copied InSize bytes from the caller, which follow the in-struct; for an
+// _IOR command it copies back the data that follows fuse_ioctl_out in the
+// reply, at most OutSize bytes (more is EIO), and a RETRY is EIO. No INIT
+// flag is needed for regular files; directories need protocol 7.18, and
+// their ioctls carry FUSE_IOCTL_DIR. A 32-bit caller's carry
+// FUSE_IOCTL_COMPAT and FUSE_IOCTL_32BIT. The kernel turns ENOSYS into
+// ENOTTY (fuse_send_ioctl), so an unknown command may be answered either.
+//
+// The out-data is cleared before the call, as it goes back to the caller
+// whole: it is built in the reader's reply area or the ring entry's
+// payload, which hold an earlier request's data. On io_uring the in-data
+// lies in that same payload buffer, so an _IOWR command's in-data is
+// copied out first (ioctls are rare; this is the one allocation).
+func doIoctl(s *Server, r *request) {
+	iin := in[fuse.IoctlIn](r)
+	inData := r.payload[:min(len(r.payload), int(iin.InSize))]
+	if iin.OutSize > 0 && len(inData) > 0 {
+		inData = bytes.Clone(inData)
+	}
+	outData := r.dataBuf(int(iin.OutSize))
+	clear(outData)
+	r.status = s.fs.Ioctl(r.cancel(), iin, inData, out[fuse.IoctlOut](r), outData)
+	if r.status.Ok() {
+		r.replyData(outData)
 	}
 }
 

@@ -1,6 +1,12 @@
 package fuseserver
 
-import "testing"
+import (
+	"bytes"
+	"testing"
+	"unsafe"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
 
 // TestInStructSizes pins each opcode's in-struct size (what follows the
 // header before the payload) to the kernel's struct in
@@ -17,6 +23,7 @@ func TestInStructSizes(t *testing.T) {
 		opGetlk: 48, opSetlk: 48, opSetlkw: 48, opAccess: 8, opCreate: 16,
 		opTmpfile: 16, opInterrupt: 8, opFallocate: 32, opLseek: 24,
 		opCopyFileRange: 56, opCopyFileRange64: 56, opSyncfs: 8, opStatx: 24,
+		opIoctl: 32,
 	}
 	for op, n := range want {
 		h := handlers[op]
@@ -46,5 +53,68 @@ func TestDecodeClearsStaleArgs(t *testing.T) {
 	}
 	if a, b, ok := r.names(); !ok || a != "a" || b != "b" {
 		t.Fatalf("names %q %q %v", a, b, ok)
+	}
+}
+
+// ioctlFS records the IOCTL it serves and answers with Result 7 and its
+// reply bytes as out-data.
+type ioctlFS struct {
+	fuse.RawFileSystem
+	in          fuse.IoctlIn
+	inData      []byte
+	outLen      int
+	outWasClear bool
+	reply       []byte
+}
+
+func (f *ioctlFS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
+	f.in, f.inData, f.outLen = *in, bytes.Clone(inbuf), len(outbuf)
+	f.outWasClear = !bytes.ContainsFunc(outbuf, func(r rune) bool { return r != 0 })
+	out.Result = 7
+	copy(outbuf, f.reply)
+	return fuse.OK
+}
+
+// TestIoctlDecoding: IOCTL's in-data (what follows fuse_ioctl_in) reaches
+// the FileSystem whole, its out-data buffer is OutSize bytes and cleared
+// (it goes back to the caller whole), and the reply is fuse_ioctl_out then
+// that buffer. On io_uring the in-data lies in the buffer the out-data is
+// built in: an _IOWR command's in-data must survive the clearing.
+func TestIoctlDecoding(t *testing.T) {
+	for _, uring := range []bool{false, true} {
+		fs := &ioctlFS{RawFileSystem: fuse.NewDefaultRawFileSystem(), reply: []byte("0123456789abcdef")}
+		s := &Server{fs: fs}
+		arg := []byte("in-data of 16 b.")
+		var iin fuse.IoctlIn
+		iin.Opcode = opIoctl
+		iin.Unique = 9
+		iin.Fh = 5
+		iin.Cmd = 0xc0105801 // _IOWR('X', 1, 16 bytes)
+		iin.InSize, iin.OutSize = uint32(len(arg)), 16
+		msg := unsafe.Slice((*byte)(unsafe.Pointer(&iin)), unsafe.Sizeof(iin))
+		r := request{slot: &slot{}}
+		r.buf = bytes.Repeat([]byte{0xff}, 4096) // an earlier reply's data
+		payload := append([]byte(nil), arg...)
+		if uring {
+			copy(r.buf, arg)
+			payload = r.buf[:len(arg)]
+		}
+		h, ok := r.decode(msg[:inHeaderSize], msg[inHeaderSize:], payload)
+		if !ok || !s.serve(&r, h) {
+			t.Fatalf("uring %v: IOCTL did not decode or expects no reply", uring)
+		}
+		if !r.status.Ok() || fs.in.Fh != 5 || fs.in.Cmd != iin.Cmd || !bytes.Equal(fs.inData, arg) {
+			t.Errorf("uring %v: %v, the FileSystem got fh %d cmd %#x in-data %q", uring, r.status, fs.in.Fh, fs.in.Cmd, fs.inData)
+		}
+		if fs.outLen != 16 || !fs.outWasClear {
+			t.Errorf("uring %v: out-data buffer of %d bytes, cleared %v; want 16, cleared", uring, fs.outLen, fs.outWasClear)
+		}
+		ob := r.outBytes()
+		if len(ob) != int(unsafe.Sizeof(fuse.IoctlOut{})) || (*fuse.IoctlOut)(unsafe.Pointer(&ob[0])).Result != 7 {
+			t.Errorf("uring %v: reply struct of %d bytes (%v)", uring, len(ob), ob)
+		}
+		if !bytes.Equal(r.data, fs.reply) {
+			t.Errorf("uring %v: out-data %q, want %q", uring, r.data, fs.reply)
+		}
 	}
 }

@@ -15,6 +15,7 @@
 // server.go (Config, Mount, Server, Stats, the choice of transport),
 // init.go (INIT negotiation), devfuse.go (the /dev/fuse transport),
 // uring.go (the io_uring transport over internal/sys/fuseuring),
+// notify.go (notifications to the kernel, Attacher, Dev),
 // mount.go (mount(2), fusermount3), pollhack.go (the poll probe).
 //
 // # A request's life
@@ -121,6 +122,26 @@
 // the durable paths on these kernels; the SYNCFS handler is there for a
 // kernel that sends it.
 //
+// # IOCTL and notifications
+//
+// IOCTL is handed to FileSystem.Ioctl (go-fuse's signature) with the
+// in-data that follows fuse_ioctl_in and a cleared out-data buffer of
+// OutSize bytes, which goes back whole after fuse_ioctl_out. The kernel
+// sends only restricted ioctls (fuse_do_ioctl; UNRESTRICTED and RETRY are
+// CUSE's): it moves _IOC_SIZE(cmd) bytes in for an _IOW command and out
+// for an _IOR one, and turns ENOSYS into ENOTTY. Ioctls that do_vfs_ioctl
+// answers itself never arrive (FIEMAP, FICLONE, FIONREAD, ...); the
+// fileattr ones (FS_IOC_GETFLAGS, FS_IOC_FSGETXATTR and their setters)
+// arrive on a private OPEN of the kernel's (fuse_priv_ioctl).
+//
+// Server.InvalidateInode sends FUSE_NOTIFY_INVAL_INODE: a write(2) to
+// /dev/fuse on either transport (io_uring carries only replies), which
+// returns once the kernel has dropped the node's attributes and pages. A
+// FileSystem that implements Attacher gets its Server before the first
+// request to call it; Server.Dev is the mount's st_dev, read from
+// /proc/self/mountinfo before the first request (a stat of the mount point
+// then would wait for a GETATTR nobody serves).
+//
 // # Protocol versions
 //
 // sluice speaks FUSE 7.x for x up to 45 (ourMinor) and needs the kernel to
@@ -151,7 +172,8 @@
 //	CAP_ATOMIC_O_TRUNC        base       open(O_TRUNC) is one OPEN with O_TRUNC, truncated by the
 //	                                     engine's open, not an OPEN then a SETATTR of size 0
 //	CAP_AUTO_INVAL_DATA       base       the kernel drops a file's cached pages when GETATTR shows its
-//	                                     mtime or size changed; sluice sends no invalidations itself
+//	                                     mtime or size changed; the daemon invalidates a file itself
+//	                                     only when the kernel cannot know (an exchange, InvalidateInode)
 //	CAP_READDIRPLUS           base       READDIRPLUS returns each entry with its attributes, saving a
 //	                                     LOOKUP per name for ls -l, find and du
 //	CAP_PARALLEL_DIROPS       base       LOOKUPs and READDIRs of one directory run in parallel instead
@@ -183,8 +205,11 @@
 //	                                     kernel could read itself; it would also limit stacking other
 //	                                     file systems on the mount
 //	CAP_EXPLICIT_INVAL_DATA   no         the kernel would keep cached pages until the server
-//	                                     invalidates them, and sluice sends no notifications
-//	                                     (AUTO_INVAL_DATA wins when both are asked)
+//	                                     invalidates them, and sluice notifies only after an
+//	                                     exchange (AUTO_INVAL_DATA wins when both are asked)
+//	CAP_IOCTL_DIR             no         the kernel announces FUSE_HAS_IOCTL_DIR and sends directory
+//	                                     ioctls (FUSE_IOCTL_DIR) to any server of protocol 7.18 or
+//	                                     later, whatever the reply says; file ioctls need no flag
 //	CAP_SETXATTR_EXT          no         its one flag (ACL_KILL_SGID) matters only with POSIX_ACL,
 //	                                     which sluice does not ask for; the 8-byte fuse_setxattr_in
 //	                                     suffices
@@ -203,4 +228,7 @@
 // Config.MaxReaders /dev/fuse readers, plus one per io_uring entry. Those
 // goroutines are bounded, so a method that waits for another request of
 // the same mount to be served can find none left to serve it.
+// InvalidateInode from a method is such a wait (the kernel may need a
+// READ or a WRITE answered to drop a page); it is safe while few methods
+// do it at once, far fewer than MaxReaders and the entries of a queue.
 package fuseserver

@@ -17,7 +17,8 @@ import (
 )
 
 // FileSystem is what a Server serves: go-fuse's raw operations (the wire
-// types stay go-fuse's). A FileSystem may also implement SyncFSer.
+// types stay go-fuse's). A FileSystem may also implement SyncFSer and
+// Attacher.
 // Methods are called from many goroutines at once.
 type FileSystem = fuse.RawFileSystem
 
@@ -140,6 +141,7 @@ type Server struct {
 	init      negotiated // Immutable after Mount.
 	transport Transport  // Immutable after Mount: the one in use.
 	why       string     // Immutable: why that transport.
+	stDev     uint64     // Immutable after Mount: the mount's st_dev (Dev).
 
 	slotsMu sync.Mutex
 	slots   []*slot
@@ -193,6 +195,12 @@ func Mount(fs FileSystem, dir string, cfg Config) (*Server, error) {
 		s.abort()
 		unix.Close(fd)
 		return nil, fmt.Errorf("mounting on %s: %w", dir, err)
+	}
+	if s.stDev, err = mountDev(dir); err != nil {
+		s.logger.Printf("fuseserver: the mount's device number: %v", err)
+	}
+	if a, ok := fs.(Attacher); ok {
+		a.Attach(s)
 	}
 	s.transport = TransportDevFuse
 	if offer && s.init.flags&capOverIOURing == 0 {
