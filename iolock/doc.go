@@ -253,7 +253,10 @@
 // Policy.ParallelAppends every append locks the blocks it touches, queued in
 // reservation order, until its size is published; and a sub-block direct
 // overwrite of the EOF block locks it too, because a buffered append may
-// hold that block in a page it will write back whole. Truncate and the
+// hold that block in a page it will write back whole. An aligned direct
+// write into shared (reflinked) blocks locks them until its copy-on-write
+// remap, under every policy: two writes of one shared block take turns,
+// and the second finds it remapped and writes in place. Truncate and the
 // other Exclusive operations take no range: Exclusive and the drain already
 // exclude every range holder. A RangeLock grant is FIFO among overlapping
 // requests (RangeLock's doc), so an operation waits only for earlier ones
