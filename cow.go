@@ -166,26 +166,15 @@ func (fs *FS) refillStaging(need, hint uint64) error {
 }
 
 // releaseStaging frees the staging blocks the pool holds (Close).
-func (fs *FS) releaseStaging() error {
-	rs := fs.cow.drain()
-	if len(rs) == 0 {
-		return nil
-	}
-	return fs.transact(func(t *txn) error {
-		for _, r := range rs {
-			if err := t.freeBlocks([]extmap.DevRange{{Start: r.Start, Len: r.Len}}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
+func (fs *FS) releaseStaging() error { return fs.freeStaging(fs.cow.drain()) }
 
 // recoverStaging frees every staging block at open: none is handed to a
 // write yet, so they are what a crash left between a copy-on-write's data
 // and its remap's durability (xfs_reflink_recover_cow).
-func (fs *FS) recoverStaging() error {
-	rs := fs.shared.StagedRanges()
+func (fs *FS) recoverStaging() error { return fs.freeStaging(fs.shared.StagedRanges()) }
+
+// freeStaging frees staging blocks no write holds, in one transaction.
+func (fs *FS) freeStaging(rs []refcount.Range) error {
 	if len(rs) == 0 {
 		return nil
 	}

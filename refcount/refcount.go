@@ -339,21 +339,13 @@ func merge(rs []Range) []Range {
 
 // Stage adds the blocks of r to the staging set. They must not be staged
 // or shared.
-func (t *Table) Stage(r Range, rec Recorder) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	var put func(run[struct{}])
-	var del func(uint64)
-	if rec != nil {
-		put = func(x run[struct{}]) { rec.PutStaged(Range{x.start, x.n}) }
-		del = rec.DeleteStaged
-	}
-	t.mu.staged.update(r.Start, r.End(), func(struct{}, bool) (struct{}, bool) { return struct{}{}, true }, put, del)
-}
+func (t *Table) Stage(r Range, rec Recorder) { t.setStaged(r, true, rec) }
 
 // Unstage removes the blocks of r from the staging set (those that are in
 // it).
-func (t *Table) Unstage(r Range, rec Recorder) {
+func (t *Table) Unstage(r Range, rec Recorder) { t.setStaged(r, false, rec) }
+
+func (t *Table) setStaged(r Range, staged bool, rec Recorder) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var put func(run[struct{}])
@@ -362,7 +354,7 @@ func (t *Table) Unstage(r Range, rec Recorder) {
 		put = func(x run[struct{}]) { rec.PutStaged(Range{x.start, x.n}) }
 		del = rec.DeleteStaged
 	}
-	t.mu.staged.update(r.Start, r.End(), func(struct{}, bool) (struct{}, bool) { return struct{}{}, false }, put, del)
+	t.mu.staged.update(r.Start, r.End(), func(struct{}, bool) (struct{}, bool) { return struct{}{}, staged }, put, del)
 }
 
 // SplitStaged appends the staged blocks of r to staged and the others to
