@@ -3,8 +3,8 @@
 // the metadata survives the loss of a machine (issue 18). Volumes live on
 // it: `sluice mkfs --meta etcd://HOST:PORT,.../PREFIX` (ParseURL) formats
 // one, and package volume opens it from the volume directory's pointer
-// file. One host at a time must write a prefix: the lease that enforces it
-// and fencing are the next steps of issue 18.
+// file. One host at a time writes a prefix: the one that owns the volume
+// through an etcd lease (Acquire; see "Ownership").
 //
 // # Cluster settings
 //
@@ -22,6 +22,12 @@
 // exactly as given: the schema's records keep their format byte and CRC-32C,
 // and a value damaged anywhere on the way fails to decode with
 // meta.ErrCorrupt.
+//
+// Two keys under the prefix are the KV's own: OwnerKey ("owner") and
+// ReleasedKey ("owner.released"). The schema's keys begin with an
+// upper-case kind byte, so they never collide; scans (of the KV, its
+// Snapshots and its Txns) skip them, so that the volume's key space is
+// the schema's alone.
 //
 // # Reads
 //
@@ -83,23 +89,81 @@
 // leader is gone, or the cluster has no quorum) and sends it again until
 // the timeout: such a refusal
 // says the transaction was not applied, and the error says "not applied".
-// An error from etcd
-// or the network is returned wrapped in an *OpError, which names the
-// operation and the key, keeps the cause in the chain (errors.Is works
-// with context.DeadlineExceeded, etcd's rpctypes errors, ErrConflict, ...)
-// and also matches syscall.EIO, so the engine reports it as an I/O error
-// whatever the cause carries. A Commit that fails with anything but
-// ErrConflict, ErrTxnTooLarge or "not applied" may or may not have been
-// applied (the request may have reached raft before the connection or the
-// timeout ran out): the error says "outcome unknown". That is what a commit
-// in flight when the etcd leader crashes gets: the followers forward it to
-// the dead leader until they elect another, and it is lost. Telling such a
-// commit applied from not (a commit record compared and written by every
-// commit, which also fences out a second writer) is the next step of issue
-// 18. Only Get of an absent key returns meta.ErrNotFound.
+// An error from etcd or the network is returned wrapped in an *OpError,
+// which names the operation and the key, keeps the cause in the chain
+// (errors.Is works with context.DeadlineExceeded, etcd's rpctypes errors,
+// ErrConflict, ErrNotOwner, ...) and also matches syscall.EIO, so the
+// engine reports it as an I/O error whatever the cause carries. A Commit
+// that fails with anything but ErrConflict, ErrNotOwner, ErrTxnTooLarge or
+// "not applied" may or may not have been applied (the request may have
+// reached raft before the connection or the timeout ran out): the error
+// says "outcome unknown". That is what a commit in flight when the etcd
+// leader crashes gets: the followers forward it to the dead leader until
+// they elect another, and it is lost. Either way it was applied whole or
+// not at all and, with an Owner, only while this host owned the volume;
+// the engine shuts down on it, and the next open reads whichever state
+// etcd has. Only Get of an absent key returns meta.ErrNotFound.
+//
+// # Ownership
+//
+// One host at a time may change a volume: the one whose etcd lease the
+// owner key carries. Acquire grants a lease of OwnerOptions.TTL and
+// creates the owner key, holding the Holder (host, pid, mount point, start
+// time) as JSON, attached to the lease, in one transaction that writes
+// only if the key is absent:
+//
+//	If(CreateRevision(owner) == 0)
+//	Then(Put(owner, holder, lease), Get(owner.released), Delete(owner.released))
+//	Else(Get(owner))                 the holder, for the refusal or the wait
+//
+// A second host's Acquire fails with a *HeldError naming the holder or, as
+// a standby, watches the owner key until it is deleted and tries again.
+// From then on every commit of the KV is nested in the owner's comparison:
+//
+//	If(LeaseValue(owner) == lease)
+//	Then(Txn(If(the reads' comparisons) Then(the writes)))
+//	Else(Get(owner))
+//
+// so a commit sent after the lease expired or was revoked, or after the
+// key was deleted by hand, writes nothing and fails with ErrNotOwner (and
+// EIO), whatever the host believes: etcd decides, linearizably. The
+// owner's comparison costs one operation of --max-txn-ops.
+//
+// A goroutine keeps the lease alive: every TTL/4 it sends a keep-alive
+// and, if etcd renewed the lease, reads the owner key to check that it
+// still carries the lease (an operator may delete the key of a live lease
+// to force a takeover). Only then does it move the Owner's deadline to
+//
+//	deadline = (send time of that keep-alive) + TTL - Margin
+//
+// on this host's monotonic clock: the send time, not the reply's, because
+// etcd renewed the lease after the keep-alive was sent, so the lease
+// cannot expire on etcd before send time + TTL (up to the clocks' rates,
+// which Margin covers). Owner.Notify hands each new deadline, and the
+// loss, to the data fence (device/fencedev), which admits data requests
+// only before the deadline. The lease is lost when etcd says so: a
+// keep-alive answered "lease not found", an owner key without the lease, a
+// commit refused by the owner's comparison. An etcd that does not answer
+// proves nothing either way: the deadline passes, the fence holds and then
+// fails data requests, commits fail after RequestTimeout, but the Owner is
+// not lost until etcd answers.
+//
+// A host taking over after a lease expired or was revoked cannot know
+// when the previous owner's deadline ended, only that it ended before the
+// takeover + TTL (that owner's last renewal was sent before its key was
+// deleted), and that its requests then in flight end within the request
+// bound. So it waits TTL + Margin + the request bound after Acquire before
+// its first data request (package volume does). Owner.Release, called by a
+// host after its last data request, deletes the owner key and writes
+// ReleasedKey in one transaction; the next Acquire deletes ReleasedKey
+// when it creates the owner key, and then knows (Owner.Clean) that the
+// previous owner ended cleanly: it need not wait. mkfs writes ReleasedKey
+// too (MarkReleased).
 //
 // # Concurrency
 //
-// A KV and its Snapshots are safe for concurrent use; a Txn is used by one
-// goroutine, as meta.Txn says.
+// A KV, its Snapshots and its Owner are safe for concurrent use; a Txn is
+// used by one goroutine, as meta.Txn says. Stats counts the KV's round
+// trips to etcd (with their latencies), commits, conflicts, retries and
+// commits refused for want of ownership, with atomic counters.
 package etcdkv

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/sluicefs/sluice/meta"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -18,6 +20,11 @@ type KV struct {
 	client    *clientv3.Client
 	ownClient bool   // Close closes client. Immutable.
 	prefixEnd string // the end of the prefix's range. Immutable.
+
+	// owner is the volume's Owner once Acquire took it: every commit is
+	// then conditional on it.
+	owner atomic.Pointer[Owner]
+	stats counters
 }
 
 var _ meta.KV = (*KV)(nil)
@@ -95,7 +102,9 @@ func (kv *KV) get(op string, key []byte, rev int64) (value []byte, modRev, readR
 	if rev != 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
+	start := time.Now()
 	resp, err := kv.client.Get(ctx, kv.key(key), opts...)
+	kv.stats.observe(start, err)
 	if err != nil {
 		return nil, 0, 0, readError(op, key, rev, err)
 	}
@@ -125,7 +134,9 @@ func (kv *KV) scan(op string, start, end []byte, rev int64, fn func(*mvccpb.KeyV
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
+		start := time.Now()
 		resp, err := kv.client.Get(ctx, from, opts...)
+		kv.stats.observe(start, err)
 		cancel()
 		if err != nil {
 			return rev, readError(op, kv.strip([]byte(from)), rev, err)
@@ -134,6 +145,9 @@ func (kv *KV) scan(op string, start, end []byte, rev int64, fn func(*mvccpb.KeyV
 			rev = resp.Header.Revision
 		}
 		for _, e := range resp.Kvs {
+			if reserved(kv.strip(e.Key)) {
+				continue
+			}
 			if err := fn(e); err != nil {
 				return rev, err
 			}
@@ -183,7 +197,9 @@ func (kv *KV) NewTxn() meta.Txn { return newTxn(kv) }
 func (kv *KV) Snapshot() meta.Snapshot {
 	ctx, cancel := kv.ctx()
 	defer cancel()
+	start := time.Now()
 	resp, err := kv.client.Get(ctx, kv.opts.Prefix, clientv3.WithCountOnly())
+	kv.stats.observe(start, err)
 	if err != nil {
 		return &snapshot{kv: kv, err: opError("snapshot", nil, err)}
 	}
@@ -195,9 +211,14 @@ func (kv *KV) Snapshot() meta.Snapshot {
 // transaction is already durable.
 func (kv *KV) Sync() error { return nil }
 
-// Close closes the client if Open dialled it. Every commit that returned
-// is already durable in the cluster.
+// Close stops keeping the Owner's lease alive, if there is one (without
+// releasing it: call Owner.Release first, or the lease expires after its
+// TTL, as after a crash), and closes the client if Open dialled it. Every
+// commit that returned is already durable in the cluster.
 func (kv *KV) Close() error {
+	if o := kv.owner.Load(); o != nil {
+		o.stopLoop()
+	}
 	if !kv.ownClient {
 		return nil
 	}

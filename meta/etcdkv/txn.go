@@ -205,7 +205,8 @@ func (t *txn) Len() int { return t.n }
 
 func (t *txn) Abort() { t.done = true }
 
-// Commit applies the writes if nothing the Txn read has changed (see the
+// Commit applies the writes if nothing the Txn read has changed and, when
+// the KV has an Owner, if the owner key still carries its lease (see the
 // package doc); sync is ignored, every commit being durable on a quorum.
 func (t *txn) Commit(sync bool) error {
 	if t.done {
@@ -216,39 +217,70 @@ func (t *txn) Commit(sync bool) error {
 		// Its reads were one consistent state: nothing to check or write.
 		return nil
 	}
-	cmps, ops, req := t.request()
-	if err := t.checkLimits(req); err != nil {
+	kv := t.kv
+	own := kv.owner.Load()
+	if own != nil {
+		if err := own.Err(); err != nil {
+			kv.stats.notOwner.Add(1)
+			return opError("commit", nil, fmt.Errorf("%w: %w; nothing written", ErrNotOwner, err))
+		}
+	}
+	cmps, ops, inner := t.request()
+	req, maxOps := inner, kv.opts.MaxTxnOps
+	if own != nil {
+		req, maxOps = own.wrap(inner), maxOps-1
+	}
+	if err := t.checkLimits(req, inner, maxOps); err != nil {
 		return opError("commit", nil, err)
 	}
-	ctx, cancel := t.kv.ctx()
+	ctx, cancel := kv.ctx()
 	defer cancel()
 	// A member that knows no leader refuses the request at once (rather
 	// than queueing it until the timeout), and send tries again: the
 	// outcome of a refused commit is known.
-	resp, attempts, err := t.send(clientv3.WithRequireLeader(ctx), cmps, ops)
+	resp, attempts, err := t.send(clientv3.WithRequireLeader(ctx), own, cmps, ops)
+	kv.stats.retry.Add(uint64(attempts - 1))
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps):
 		return opError("commit", nil, fmt.Errorf("%w: the server's --max-txn-ops is lower than MaxTxnOps %d (%d reads to check, %d writes): %w",
-			ErrTxnTooLarge, t.kv.opts.MaxTxnOps, len(cmps), len(ops), err))
+			ErrTxnTooLarge, kv.opts.MaxTxnOps, len(cmps), len(ops), err))
 	case errors.Is(err, rpctypes.ErrRequestTooLarge):
 		return opError("commit", nil, fmt.Errorf("%w: the server's --max-request-bytes is lower than MaxRequestBytes %d (request of %d bytes): %w",
-			ErrTxnTooLarge, t.kv.opts.MaxRequestBytes, proto.Size(req), err))
+			ErrTxnTooLarge, kv.opts.MaxRequestBytes, proto.Size(req), err))
 	case notProposed(err):
 		return opError("commit", nil, fmt.Errorf("not applied, refused before raft %d times: %w", attempts, err))
 	case err != nil:
 		return opError("commit", nil, fmt.Errorf("outcome unknown: %w", err))
-	case !resp.Succeeded:
+	case own != nil && !resp.Succeeded:
+		kv.stats.notOwner.Add(1)
+		lost := fmt.Errorf("%w: %s; nothing written", ErrNotOwner, own.describeLoss(resp))
+		own.lose(lost)
+		return opError("commit", nil, lost)
+	case own != nil && !resp.Responses[0].GetResponseTxn().Succeeded, own == nil && !resp.Succeeded:
+		kv.stats.conflicts.Add(1)
 		return opError("commit", nil, fmt.Errorf("%w (read at revision %d, refused at revision %d)", ErrConflict, t.rev, resp.Header.Revision))
 	}
+	kv.stats.commits.Add(1)
 	return nil
 }
 
-// send sends the transaction, again while the cluster refuses it before
-// proposing it (at most maxCommitAttempts times, within ctx).
-func (t *txn) send(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op) (resp *clientv3.TxnResponse, attempts int, err error) {
+// send sends the transaction (nested in the owner's comparison, with an
+// owner), again while the cluster refuses it before proposing it (at most
+// maxCommitAttempts times, within ctx).
+func (t *txn) send(ctx context.Context, own *Owner, cmps []clientv3.Cmp, ops []clientv3.Op) (resp *clientv3.TxnResponse, attempts int, err error) {
 	backoff := 10 * time.Millisecond
 	for attempts = 1; ; attempts++ {
-		resp, err = t.kv.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		start := time.Now()
+		if own == nil {
+			resp, err = t.kv.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		} else {
+			resp, err = t.kv.client.Txn(ctx).
+				If(own.cmp()).
+				Then(clientv3.OpTxn(cmps, ops, nil)).
+				Else(clientv3.OpGet(own.key)).
+				Commit()
+		}
+		t.kv.stats.observe(start, err)
 		if !notProposed(err) || attempts == maxCommitAttempts {
 			return resp, attempts, err
 		}
@@ -314,15 +346,21 @@ func mergeRanges(rs []keyRange) []keyRange {
 	return out
 }
 
-// checkLimits refuses a transaction etcd would refuse: more than MaxTxnOps
-// comparisons or writes, or a request larger than MaxRequestBytes.
-func (t *txn) checkLimits(req *pb.TxnRequest) error {
-	max := t.kv.opts.MaxTxnOps
-	if n := len(req.Compare); n > max {
-		return fmt.Errorf("%w: %d reads to check (keys read and ranges scanned) exceed etcd's --max-txn-ops %d (MaxTxnOps)", ErrTxnTooLarge, n, max)
+// checkLimits refuses a transaction etcd would refuse: more than maxOps
+// comparisons or writes in inner (MaxTxnOps, less the one operation of the
+// owner's transaction around it), or a request req (inner, or the owner's
+// transaction around it) larger than MaxRequestBytes.
+func (t *txn) checkLimits(req, inner *pb.TxnRequest, maxOps int) error {
+	limit := t.kv.opts.MaxTxnOps
+	less := ""
+	if maxOps < limit {
+		less = ", less one for the owner's comparison"
 	}
-	if n := len(req.Success); n > max {
-		return fmt.Errorf("%w: %d writes (distinct keys set or deleted) exceed etcd's --max-txn-ops %d (MaxTxnOps)", ErrTxnTooLarge, n, max)
+	if n := len(inner.Compare); n > maxOps {
+		return fmt.Errorf("%w: %d reads to check (keys read and ranges scanned) exceed etcd's --max-txn-ops %d (MaxTxnOps%s)", ErrTxnTooLarge, n, limit, less)
+	}
+	if n := len(inner.Success); n > maxOps {
+		return fmt.Errorf("%w: %d writes (distinct keys set or deleted) exceed etcd's --max-txn-ops %d (MaxTxnOps%s)", ErrTxnTooLarge, n, limit, less)
 	}
 	if n := proto.Size(req); n > t.kv.opts.MaxRequestBytes-requestReserveBytes {
 		return fmt.Errorf("%w: a request of %d bytes (plus %d reserved for etcd's header) exceeds etcd's --max-request-bytes %d (MaxRequestBytes)",

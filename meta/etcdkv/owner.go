@@ -1,0 +1,620 @@
+package etcdkv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The keys the KV reserves under a volume's prefix for its ownership (see
+// "Ownership" in the package doc). The schema's keys begin with an
+// upper-case kind byte, these with a lower-case letter, so they never
+// collide; Scan, Snapshot and Txn scans skip them.
+const (
+	// OwnerKey holds the Holder of the volume, attached to its lease.
+	OwnerKey = "owner"
+	// ReleasedKey holds the Holder that last released the volume cleanly
+	// (or mkfs's), until the next owner takes it.
+	ReleasedKey = "owner.released"
+)
+
+// reserved reports whether volume key k is one of the reserved keys.
+func reserved(k []byte) bool {
+	return len(k) > 0 && k[0] == 'o' && (string(k) == OwnerKey || string(k) == ReleasedKey)
+}
+
+// DefaultLeaseTTL is OwnerOptions.TTL's default.
+const DefaultLeaseTTL = 5 * time.Second
+
+var (
+	// ErrHeld is matched (errors.Is) by Acquire's *HeldError when another
+	// host owns the volume.
+	ErrHeld = errors.New("etcdkv: the volume is owned by another host")
+	// ErrNotOwner is wrapped by the error of a commit refused, writing
+	// nothing, because the KV's Owner lost the volume: the owner key no
+	// longer carries its lease (the lease expired or was revoked, or the
+	// key was deleted or taken over), or the Owner already knew it had
+	// lost it or had released it. Like every commit error, it also
+	// matches syscall.EIO.
+	ErrNotOwner = errors.New("etcdkv: not the volume's owner (its lease is lost)")
+	// errReleased is an Owner's error after Release.
+	errReleased = errors.New("the ownership was released")
+)
+
+// Holder says who owns (or last released) a volume: the value of its
+// owner key, as JSON.
+type Holder struct {
+	Host    string    `json:"host"`
+	Pid     int       `json:"pid"`
+	Mount   string    `json:"mount,omitempty"`
+	Started time.Time `json:"started"`
+	// Released is when the holder released the volume (ReleasedKey only).
+	Released time.Time `json:"released,omitzero"`
+	// Lease is the ID of the holder's etcd lease and TTLLeft its
+	// remaining time to live when it was read, in whole seconds rounded
+	// down as etcd reports it; neither is stored in the value (OwnerOf
+	// fills them in from etcd).
+	Lease   int64         `json:"lease,omitempty"`
+	TTLLeft time.Duration `json:"ttl_left_ns,omitempty"`
+}
+
+// String describes h in a few words: "pid 1234 on host a, mounted on /mnt
+// since 2025-01-02T15:04:05Z".
+func (h *Holder) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pid %d on host %s", h.Pid, h.Host)
+	if h.Mount != "" {
+		fmt.Fprintf(&b, ", mounted on %s", h.Mount)
+	}
+	if !h.Started.IsZero() {
+		fmt.Fprintf(&b, " since %s", h.Started.Format(time.RFC3339))
+	}
+	return b.String()
+}
+
+// decodeHolder decodes an owner key's value (a damaged one still names
+// its lease).
+func decodeHolder(e *mvccpb.KeyValue) *Holder {
+	h := &Holder{}
+	if err := json.Unmarshal(e.Value, h); err != nil {
+		h.Host = fmt.Sprintf("? (undecodable owner value %q)", e.Value)
+	}
+	h.Lease = e.Lease
+	return h
+}
+
+// HeldError is Acquire's error when another host owns the volume.
+type HeldError struct{ Holder Holder }
+
+func (e *HeldError) Error() string { return "the volume is owned by " + e.Holder.String() }
+
+// Is makes errors.Is(err, ErrHeld) hold.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// OwnerOptions configures Acquire.
+type OwnerOptions struct {
+	// TTL is the lease's time to live: how long after this host's last
+	// keep-alive etcd deletes its owner key, and the bound on how long a
+	// standby waits after a crash. etcd counts in whole seconds (it is
+	// rounded up) and raises a TTL below its minimum (1.5 election
+	// timeouts, 2s with etcd's defaults) to it; the Owner uses the TTL
+	// etcd granted. The default value is DefaultLeaseTTL (5s).
+	TTL time.Duration
+	// Margin is how long before the lease could expire the Owner's
+	// deadline falls (see "Ownership" in the package doc): it covers the
+	// difference in clock rates between this host and etcd's leader over
+	// one TTL, and the delivery of the renewal to fence.Extend. The
+	// default value is TTL/5.
+	Margin time.Duration
+	// Holder is what the owner key says about this host. Unset fields
+	// default to os.Hostname, os.Getpid and the time of Acquire; Mount
+	// defaults to "".
+	Holder Holder
+	// Standby makes Acquire wait, watching the owner key, while another
+	// host owns the volume, and take it once the key is gone. The default
+	// value is false: Acquire fails with a *HeldError.
+	Standby bool
+	// OnWait, if set, is called (on Acquire's goroutine) each time a
+	// standby starts waiting for a holder. The default value is nil.
+	OnWait func(Holder)
+}
+
+// Owner is this host's ownership of a volume: an etcd lease kept alive
+// by a goroutine, and the owner key attached to it. While a KV has an
+// Owner, each of its commits writes only if the owner key still carries
+// the Owner's lease. See "Ownership" in the package doc.
+type Owner struct {
+	kv       *KV
+	id       clientv3.LeaseID // Immutable.
+	key      string           // the owner key's etcd key. Immutable.
+	holder   Holder           // Immutable.
+	ttl      time.Duration    // granted by etcd. Immutable.
+	margin   time.Duration    // Immutable.
+	acquired time.Time        // Immutable.
+	clean    bool             // Immutable.
+
+	// stop ends the keep-alive goroutine, which closes done.
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	// lost is closed when err is set.
+	lost chan struct{}
+
+	mu struct {
+		sync.Mutex
+		deadline, renewed time.Time
+		err               error
+		released          bool
+	}
+	// nmu serializes the calls of watchers, and protects the list.
+	nmu      sync.Mutex
+	watchers []func(deadline time.Time, err error)
+
+	keepAlives, keepAliveFailures atomic.Uint64
+}
+
+// Acquire takes the ownership of the volume: it grants a lease of o.TTL
+// and creates the owner key attached to it, if the key is absent (an etcd
+// transaction comparing its CreateRevision with 0). If another host owns
+// the volume, it fails with a *HeldError naming the holder, or, with
+// o.Standby, waits until the owner key is deleted (the holder released it,
+// its lease expired or was revoked) and tries again, until ctx is done.
+//
+// From then on, every commit of kv is conditional on the ownership, and a
+// goroutine keeps the lease alive until Release, kv.Close, or the loss of
+// the lease. A KV has at most one Owner at a time.
+func (kv *KV) Acquire(ctx context.Context, o OwnerOptions) (*Owner, error) {
+	if o.TTL == 0 {
+		o.TTL = DefaultLeaseTTL
+	}
+	if o.TTL < 0 || o.Margin < 0 {
+		return nil, fmt.Errorf("etcdkv: acquire: negative TTL %v or margin %v", o.TTL, o.Margin)
+	}
+	h := o.Holder
+	if h.Host == "" {
+		h.Host, _ = os.Hostname()
+	}
+	if h.Pid == 0 {
+		h.Pid = os.Getpid()
+	}
+	if h.Started.IsZero() {
+		h.Started = time.Now().UTC().Truncate(time.Second)
+	}
+	h.Lease, h.TTLLeft, h.Released = 0, 0, time.Time{}
+	value, err := json.Marshal(&h)
+	if err != nil {
+		return nil, err
+	}
+	if cur := kv.owner.Load(); cur != nil && cur.Err() == nil {
+		return nil, fmt.Errorf("etcdkv: acquire: this KV already owns the volume (lease %x)", int64(cur.id))
+	}
+	for {
+		own, holder, rev, err := kv.tryAcquire(&o, h, string(value))
+		if err != nil || own != nil {
+			return own, err
+		}
+		if !o.Standby {
+			return nil, &HeldError{Holder: *holder}
+		}
+		if o.OnWait != nil {
+			o.OnWait(*holder)
+		}
+		if err := kv.waitReleased(ctx, rev, o.TTL); err != nil {
+			return nil, fmt.Errorf("etcdkv: waiting for %s to release the volume: %w", holder, err)
+		}
+	}
+}
+
+// tryAcquire makes one attempt: it returns the Owner, or the current
+// holder and the revision at which it was read.
+func (kv *KV) tryAcquire(o *OwnerOptions, h Holder, value string) (*Owner, *Holder, int64, error) {
+	ctx, cancel := kv.ctx()
+	defer cancel()
+	// The lease starts before the grant request is sent: the deadline is
+	// measured from here, so that it falls before the lease's expiry on
+	// etcd whatever the request's delays.
+	sent := time.Now()
+	seconds := int64((o.TTL + time.Second - 1) / time.Second)
+	grant, err := kv.client.Grant(ctx, seconds)
+	kv.stats.observe(sent, err)
+	if err != nil {
+		return nil, nil, 0, opError("acquire", []byte(OwnerKey), fmt.Errorf("granting a lease: %w", err))
+	}
+	key, released := kv.key([]byte(OwnerKey)), kv.key([]byte(ReleasedKey))
+	start := time.Now()
+	resp, err := kv.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, value, clientv3.WithLease(grant.ID)), clientv3.OpGet(released), clientv3.OpDelete(released)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	kv.stats.observe(start, err)
+	if err != nil || !resp.Succeeded {
+		// Revoking the lease deletes the key too if the transaction was
+		// applied after all.
+		kv.revoke(grant.ID)
+		if err != nil {
+			return nil, nil, 0, opError("acquire", []byte(OwnerKey), fmt.Errorf("creating the owner key: %w", err))
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return nil, nil, 0, opError("acquire", []byte(OwnerKey), errors.New("the owner key exists and cannot be read"))
+		}
+		return nil, decodeHolder(kvs[0]), resp.Header.Revision, nil
+	}
+	ttl := time.Duration(grant.TTL) * time.Second
+	margin := o.Margin
+	if margin == 0 {
+		margin = ttl / 5
+	}
+	h.Lease = int64(grant.ID)
+	own := &Owner{
+		kv:       kv,
+		id:       grant.ID,
+		key:      key,
+		holder:   h,
+		ttl:      ttl,
+		margin:   min(margin, ttl),
+		acquired: time.Now(),
+		clean:    len(resp.Responses[1].GetResponseRange().Kvs) > 0,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		lost:     make(chan struct{}),
+	}
+	own.mu.deadline = sent.Add(ttl - own.margin)
+	own.mu.renewed = sent
+	kv.owner.Store(own)
+	go own.run()
+	return own, nil, 0, nil
+}
+
+// revoke revokes lease id, within RequestTimeout, ignoring errors: a lease
+// not revoked expires after its TTL.
+func (kv *KV) revoke(id clientv3.LeaseID) {
+	ctx, cancel := kv.ctx()
+	defer cancel()
+	start := time.Now()
+	_, err := kv.client.Revoke(ctx, id)
+	kv.stats.observe(start, err)
+}
+
+// waitReleased waits until the owner key is deleted after revision rev,
+// until ctx is done. It returns nil also when the watch breaks (the caller
+// tries again), and at least every 5 TTLs.
+func (kv *KV) waitReleased(ctx context.Context, rev int64, ttl time.Duration) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := kv.client.Watch(wctx, kv.key([]byte(OwnerKey)), clientv3.WithRev(rev+1))
+	recheck := time.NewTimer(5 * ttl)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-recheck.C:
+			return nil
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil {
+				// A broken watch (no leader, compaction): pause, then
+				// the caller looks again.
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(100 * time.Millisecond):
+				}
+				return nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+// ID returns the lease's ID.
+func (o *Owner) ID() int64 { return int64(o.id) }
+
+// TTL returns the lease's time to live, as etcd granted it.
+func (o *Owner) TTL() time.Duration { return o.ttl }
+
+// Margin returns the margin between the Owner's deadline and the lease's
+// possible expiry.
+func (o *Owner) Margin() time.Duration { return o.margin }
+
+// Holder returns what the owner key says, with the lease's ID.
+func (o *Owner) Holder() Holder { return o.holder }
+
+// Acquired returns when Acquire created the owner key.
+func (o *Owner) Acquired() time.Time { return o.acquired }
+
+// Clean reports whether the previous owner released the volume cleanly
+// (Release, after its last I/O) or there was none since mkfs: then no
+// request of another host can still be in flight, and a new owner need not
+// wait before its first data request. It is false after a lease that
+// expired or was revoked, or an owner key deleted by hand.
+func (o *Owner) Clean() bool { return o.clean }
+
+// Deadline returns the instant until which this host provably owns the
+// volume: the send time of the last keep-alive whose success, and the
+// owner key's, was confirmed, plus the TTL, minus the margin.
+func (o *Owner) Deadline() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.deadline
+}
+
+// LastRenewal returns the send time of the last confirmed keep-alive (or
+// of the grant).
+func (o *Owner) LastRenewal() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.renewed
+}
+
+// KeepAlives returns the number of keep-alives sent, and of those that
+// failed.
+func (o *Owner) KeepAlives() (sent, failed uint64) {
+	return o.keepAlives.Load(), o.keepAliveFailures.Load()
+}
+
+// Lost returns a channel closed when the Owner has lost the volume (or
+// released it); Err then says how.
+func (o *Owner) Lost() <-chan struct{} { return o.lost }
+
+// Err returns nil while the Owner has not lost the volume, and then why.
+func (o *Owner) Err() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.mu.err
+}
+
+// Notify calls fn with the current deadline (and nil, or the loss's
+// error), then again after every renewal with the new deadline, and once
+// when the volume is lost or released. The calls are never concurrent; fn
+// must not block, nor call Notify.
+func (o *Owner) Notify(fn func(deadline time.Time, err error)) {
+	o.nmu.Lock()
+	defer o.nmu.Unlock()
+	o.watchers = append(o.watchers, fn)
+	o.mu.Lock()
+	dl, err := o.mu.deadline, o.mu.err
+	o.mu.Unlock()
+	fn(dl, err)
+}
+
+// notify calls the watchers with the current state.
+func (o *Owner) notify() {
+	o.nmu.Lock()
+	defer o.nmu.Unlock()
+	o.mu.Lock()
+	dl, err := o.mu.deadline, o.mu.err
+	o.mu.Unlock()
+	for _, fn := range o.watchers {
+		fn(dl, err)
+	}
+}
+
+// lose records that the volume is lost (the first cause wins) and tells
+// the watchers.
+func (o *Owner) lose(err error) {
+	o.mu.Lock()
+	if o.mu.err != nil {
+		o.mu.Unlock()
+		return
+	}
+	o.mu.err = err
+	close(o.lost)
+	o.mu.Unlock()
+	o.notify()
+}
+
+// run keeps the lease alive: a keep-alive every TTL/4 (every TTL/20 after
+// a failure) until stop, or the loss of the lease.
+func (o *Owner) run() {
+	defer close(o.done)
+	interval, retry := o.ttl/4, max(o.ttl/20, 20*time.Millisecond)
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-o.lost:
+			return
+		case <-t.C:
+		}
+		err := o.renew()
+		var lost *lostError
+		if errors.As(err, &lost) {
+			o.lose(lost.err)
+			return
+		}
+		next := interval
+		if err != nil {
+			o.keepAliveFailures.Add(1)
+			next = retry
+		}
+		t.Reset(next)
+	}
+}
+
+// lostError marks renew's errors that prove the lease lost.
+type lostError struct{ err error }
+
+func (e *lostError) Error() string { return e.err.Error() }
+
+// renew sends one keep-alive and, if etcd renewed the lease, checks that
+// the owner key still carries it before moving the deadline: an operator
+// may have deleted the key (a forced takeover) while the lease lives on.
+func (o *Owner) renew() error {
+	ctx, cancel := context.WithTimeout(context.Background(), min(o.kv.opts.RequestTimeout, o.ttl/2))
+	defer cancel()
+	sent := time.Now()
+	o.keepAlives.Add(1)
+	resp, err := o.kv.client.KeepAliveOnce(ctx, o.id)
+	o.kv.stats.observe(sent, err)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return &lostError{fmt.Errorf("%w: lease %x expired or was revoked", ErrNotOwner, int64(o.id))}
+	}
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	g, err := o.kv.client.Get(ctx, o.key)
+	o.kv.stats.observe(start, err)
+	if err != nil {
+		return err
+	}
+	if len(g.Kvs) == 0 {
+		return &lostError{fmt.Errorf("%w: the owner key was deleted (lease %x still alive)", ErrNotOwner, int64(o.id))}
+	}
+	if g.Kvs[0].Lease != int64(o.id) {
+		return &lostError{fmt.Errorf("%w: the volume is now owned by %s", ErrNotOwner, decodeHolder(g.Kvs[0]))}
+	}
+	o.mu.Lock()
+	o.mu.deadline = sent.Add(time.Duration(resp.TTL)*time.Second - o.margin)
+	o.mu.renewed = sent
+	o.mu.Unlock()
+	o.notify()
+	return nil
+}
+
+// stopLoop ends the keep-alive goroutine and waits for it.
+func (o *Owner) stopLoop() {
+	o.stopOnce.Do(func() { close(o.stop) })
+	<-o.done
+}
+
+// Release gives the volume up cleanly, for a host that has completed its
+// last data request: it deletes the owner key and writes ReleasedKey in
+// one transaction (if the key still carries the lease), so that the next
+// owner need not wait (Clean), then revokes the lease. Afterwards every
+// commit fails with ErrNotOwner, and the watchers are told. A lost Owner
+// only revokes its lease. Release is idempotent.
+func (o *Owner) Release() error {
+	o.stopLoop()
+	o.mu.Lock()
+	already, lostErr := o.mu.released, o.mu.err
+	o.mu.released = true
+	o.mu.Unlock()
+	if already {
+		return nil
+	}
+	var err error
+	if lostErr == nil {
+		h := o.holder
+		h.Lease, h.Released = 0, time.Now().UTC().Truncate(time.Second)
+		value, _ := json.Marshal(&h)
+		ctx, cancel := o.kv.ctx()
+		start := time.Now()
+		_, err = o.kv.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.LeaseValue(o.key), "=", int64(o.id))).
+			Then(clientv3.OpDelete(o.key), clientv3.OpPut(o.kv.key([]byte(ReleasedKey)), string(value))).
+			Commit()
+		o.kv.stats.observe(start, err)
+		cancel()
+		if err != nil {
+			err = opError("release", []byte(OwnerKey), fmt.Errorf("the lease expires in %v instead: %w", o.ttl, err))
+		}
+	}
+	o.kv.revoke(o.id)
+	o.lose(errReleased)
+	return err
+}
+
+// OwnerOf returns the volume's holder, with its lease's ID and remaining
+// time to live, or nil if nobody owns the volume.
+func (kv *KV) OwnerOf() (*Holder, error) {
+	ctx, cancel := kv.ctx()
+	defer cancel()
+	start := time.Now()
+	resp, err := kv.client.Get(ctx, kv.key([]byte(OwnerKey)))
+	kv.stats.observe(start, err)
+	if err != nil {
+		return nil, opError("owner", []byte(OwnerKey), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	h := decodeHolder(resp.Kvs[0])
+	if h.Lease != 0 {
+		start := time.Now()
+		ttl, err := kv.client.TimeToLive(ctx, clientv3.LeaseID(h.Lease))
+		kv.stats.observe(start, err)
+		if err == nil && ttl.TTL >= 0 {
+			h.TTLLeft = time.Duration(ttl.TTL) * time.Second
+		}
+	}
+	return h, nil
+}
+
+// MarkReleased records h as the volume's last clean holder (ReleasedKey),
+// unless someone owns the volume: mkfs does, so that the first owner of a
+// new volume need not wait (Owner.Clean).
+func (kv *KV) MarkReleased(h Holder) error {
+	h.Lease, h.TTLLeft = 0, 0
+	if h.Released.IsZero() {
+		h.Released = time.Now().UTC().Truncate(time.Second)
+	}
+	value, err := json.Marshal(&h)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := kv.ctx()
+	defer cancel()
+	start := time.Now()
+	resp, err := kv.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(kv.key([]byte(OwnerKey))), "=", 0)).
+		Then(clientv3.OpPut(kv.key([]byte(ReleasedKey)), string(value))).
+		Commit()
+	kv.stats.observe(start, err)
+	if err != nil {
+		return opError("mark released", []byte(ReleasedKey), err)
+	}
+	if !resp.Succeeded {
+		return opError("mark released", []byte(ReleasedKey), ErrHeld)
+	}
+	return nil
+}
+
+// cmp is the comparison every commit of an owned KV makes: the owner key
+// still carries the Owner's lease. (etcd compares the lease of an absent
+// key as 0, which no lease has.)
+func (o *Owner) cmp() clientv3.Cmp {
+	return clientv3.Compare(clientv3.LeaseValue(o.key), "=", int64(o.id))
+}
+
+// wrap returns the request etcd receives for a commit inner of an owned
+// KV, to check its size: inner nested in the owner's comparison, reading
+// the owner key otherwise.
+func (o *Owner) wrap(inner *pb.TxnRequest) *pb.TxnRequest {
+	c := o.cmp()
+	return &pb.TxnRequest{
+		Compare: []*pb.Compare{c.GetCompare()},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: inner}}},
+		Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(o.key)}}}},
+	}
+}
+
+// describeLoss says, from a commit refused by the owner's comparison, who
+// holds the owner key now.
+func (o *Owner) describeLoss(resp *clientv3.TxnResponse) string {
+	if len(resp.Responses) > 0 {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			return fmt.Sprintf("the owner key no longer carries lease %x: the volume is owned by %s", int64(o.id), decodeHolder(kvs[0]))
+		}
+	}
+	return fmt.Sprintf("the owner key (lease %x) is gone: the lease expired or was revoked", int64(o.id))
+}
