@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/meta/etcdkv"
@@ -21,14 +22,29 @@ import (
 // holds the volume.
 var ErrInUse = errors.New("volume in use")
 
-// InUseError says which process holds a volume.
+// InUseError says which process holds a volume: for a volume whose
+// metadata is in etcd, the host that owns it (its owner key).
 type InUseError struct {
 	Dir string
 	Pid string // "?" when the lock file names none
+	// Host, Mount and Since are the owner's host name, mount point and
+	// start time, for a volume in etcd; "" otherwise.
+	Host, Mount, Since string
 }
 
 func (e *InUseError) Error() string {
-	return fmt.Sprintf("volume %s is in use by pid %s", e.Dir, e.Pid)
+	var b strings.Builder
+	fmt.Fprintf(&b, "volume %s is in use by pid %s", e.Dir, e.Pid)
+	if e.Host != "" {
+		fmt.Fprintf(&b, " on host %s", e.Host)
+	}
+	if e.Mount != "" {
+		fmt.Fprintf(&b, ", mounted on %s", e.Mount)
+	}
+	if e.Since != "" {
+		fmt.Fprintf(&b, " since %s", e.Since)
+	}
+	return b.String()
 }
 
 // Is makes errors.Is(err, ErrInUse) hold.
@@ -48,10 +64,21 @@ type DeviceOptions = directdev.Options
 // device, as Open makes it; otherwise (a device attached with Attach, such as
 // a memory device) the zero value and false.
 func (v *Volume) DeviceOptions() (DeviceOptions, bool) {
-	if d, ok := v.Dev.(*directdev.Device); ok {
+	if d, ok := rawDevice(v.Dev).(*directdev.Device); ok {
 		return d.Options(), true
 	}
 	return DeviceOptions{}, false
+}
+
+// rawDevice returns the device under dev's wrappers (the fence).
+func rawDevice(dev device.Device) device.Device {
+	for {
+		w, ok := dev.(interface{ Inner() device.Device })
+		if !ok {
+			return dev
+		}
+		dev = w.Inner()
+	}
 }
 
 // MkfsOptions configures Mkfs.
@@ -153,6 +180,11 @@ func mkfsIn(dir string, o MkfsOptions) error {
 		return err
 	}
 	defer lock.Close()
+	if o.Etcd != nil {
+		// The processes that open it take the lock shared and write no
+		// pid: leave none that would name this one.
+		defer lock.Truncate(0)
+	}
 	if err := os.RemoveAll(metaPath(dir)); err != nil {
 		return err
 	}
@@ -203,6 +235,10 @@ func mkfsEtcdIn(dir string, o MkfsOptions) error {
 		return err
 	}
 	if err := formatData(dir, o, kv); err != nil {
+		return err
+	}
+	// The volume has never had an owner: its first need not wait.
+	if err := kv.MarkReleased(etcdkv.Holder{Mount: "(mkfs " + dir + ")"}); err != nil {
 		return err
 	}
 	return writePointer(dir, eo.pointer())
@@ -294,6 +330,24 @@ func takeLock(dir string) (*os.File, error) {
 	return f, nil
 }
 
+// takeSharedLock opens VOLUME/lock and takes a shared flock on it: the
+// lock of a volume whose metadata is in etcd, which keeps mkfs (which
+// takes it exclusive) off while it is open.
+func takeSharedLock(dir string) (*os.File, error) {
+	f, err := os.OpenFile(lockPath(dir), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &InUseError{Dir: dir, Pid: "? (mkfs)"}
+		}
+		return nil, fmt.Errorf("locking volume %s: %w", dir, err)
+	}
+	return f, nil
+}
+
 // OpenOptions configures Open.
 type OpenOptions struct {
 	// ReadOnly opens the data device and the metadata without writing.
@@ -309,10 +363,25 @@ type OpenOptions struct {
 	// never holds, comes only from here. It is ignored for a volume on
 	// the embedded Pebble store. The default value is nil: the file alone.
 	Etcd *EtcdOptions
+	// Lease configures the ownership a read-write open of a volume in etcd
+	// takes. The default value is the zero LeaseOptions.
+	Lease LeaseOptions
+	// Shared lets a read-only open of a volume in etcd proceed while a
+	// host owns it (sluice stat); otherwise such an open fails with an
+	// *InUseError naming the holder, as a Pebble volume in use does. The
+	// default value is false.
+	Shared bool
 }
 
 // Open opens the volume directory dir: it takes the lock, reads the header,
 // opens the data device and the metadata and checks that they agree.
+//
+// For a volume whose metadata is in etcd, the lock is shared (the etcd
+// lease, not the lock file, decides who writes), and a read-write Open
+// first takes the volume's ownership (LeaseOptions: at once, or waiting
+// as a standby), then reads the superblock (which the previous owner may
+// have changed until then), and wraps the data device in the fence of that
+// ownership (Volume.Fence).
 func Open(dir string, o OpenOptions) (*Volume, error) {
 	fi, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -343,48 +412,92 @@ func Open(dir string, o OpenOptions) (*Volume, error) {
 			return nil, fmt.Errorf("volume %s: %w", dir, err)
 		}
 	}
-	lock, err := takeLock(dir)
+	var lock *os.File
+	if onEtcd {
+		lock, err = takeSharedLock(dir)
+	} else {
+		lock, err = takeLock(dir)
+	}
 	if err != nil {
 		return nil, err
 	}
-	h, err := readHeader(dataPath(dir))
+	v, err := openLocked(dir, dfi, o, onEtcd, &eo)
 	if err != nil {
 		lock.Close()
+		return nil, err
+	}
+	v.Dir, v.lock = dir, lock
+	return v, nil
+}
+
+// openLocked is Open once the lock is held.
+func openLocked(dir string, dfi os.FileInfo, o OpenOptions, onEtcd bool, eo *EtcdOptions) (v *Volume, err error) {
+	h, err := readHeader(dataPath(dir))
+	if err != nil {
 		return nil, fmt.Errorf("volume %s: %w", dir, err)
 	}
 	if dfi.Mode().IsRegular() && uint64(dfi.Size()) < h.DeviceBytes {
-		lock.Close()
 		return nil, fmt.Errorf("volume %s: the data image is %d bytes but the header says %d: truncated image", dir, dfi.Size(), h.DeviceBytes)
+	}
+	var kv meta.KV
+	var owner *etcdkv.Owner
+	if onEtcd {
+		ekv, err := openEtcd(eo)
+		if err != nil {
+			return nil, fmt.Errorf("volume %s: %w", dir, err)
+		}
+		kv = ekv
+		defer func() {
+			if err != nil {
+				if owner != nil {
+					owner.Revoke()
+				}
+				ekv.Close()
+			}
+		}()
+		switch {
+		case !o.ReadOnly:
+			if owner, err = acquireOwner(dir, ekv, o.Lease); err != nil {
+				return nil, err
+			}
+		case !o.Shared:
+			holder, err := ekv.OwnerOf()
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: %w", dir, err)
+			}
+			if holder != nil {
+				return nil, holderInUse(dir, holder)
+			}
+		}
+	} else {
+		if kv, err = meta.OpenPebble(metaPath(dir), meta.PebbleOptions{ReadOnly: o.ReadOnly}); err != nil {
+			return nil, fmt.Errorf("volume %s: %w", dir, err)
+		}
+		defer func() {
+			if err != nil {
+				kv.Close()
+			}
+		}()
 	}
 	devOpts := o.Device
 	devOpts.IOUnit = int(h.IOUnit)
 	devOpts.ReadOnly = o.ReadOnly
 	dev, err := directdev.Open(dataPath(dir), devOpts)
 	if err != nil {
-		lock.Close()
 		return nil, err
 	}
-	var kv meta.KV
-	if onEtcd {
-		kv, err = openEtcd(&eo)
-	} else {
-		kv, err = meta.OpenPebble(metaPath(dir), meta.PebbleOptions{ReadOnly: o.ReadOnly})
-	}
+	v, err = Attach(dev, kv)
 	if err != nil {
 		dev.Close()
-		lock.Close()
 		return nil, fmt.Errorf("volume %s: %w", dir, err)
 	}
-	v, err := Attach(dev, kv)
-	if err != nil {
-		kv.Close()
-		dev.Close()
-		lock.Close()
-		return nil, fmt.Errorf("volume %s: %w", dir, err)
-	}
-	v.Dir, v.lock = dir, lock
 	if onEtcd {
 		v.MetaURL = eo.URL
+	}
+	if owner != nil {
+		v.Owner = owner
+		v.Fence = fence(dev, owner, o.Lease)
+		v.Dev = v.Fence
 	}
 	return v, nil
 }

@@ -214,6 +214,11 @@ func prepareEtcd(kv *etcdkv.KV, o *EtcdOptions, force bool) error {
 	if n == 0 {
 		return nil
 	}
+	if h, err := kv.OwnerOf(); err != nil {
+		return err
+	} else if h != nil {
+		return holderInUse(o.URL, h)
+	}
 	if !force {
 		if v, err := kv.Get(meta.SuperKey()); err == nil {
 			if sb, err := meta.DecodeSuperblock(v); err == nil {

@@ -32,6 +32,9 @@ type Info struct {
 	MetaURL       string `json:"meta_url,omitempty"`
 	DirectIO      bool   `json:"direct_io"`
 	UsedFraction  string `json:"used,omitempty"`
+	// Etcd is the etcd side of a volume in etcd (its members' health, its
+	// owner), when the caller asked for it (EtcdStatus); nil otherwise.
+	Etcd *EtcdStatus `json:"etcd,omitempty"`
 }
 
 // Stat reads the header and counts space and inodes in the metadata.

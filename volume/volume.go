@@ -15,14 +15,54 @@
 //	VOLUME/etcd.json  the pointer to the metadata: the etcd URL
 //	                  (etcd://HOST:PORT,.../PREFIX), the TLS files, the
 //	                  user name and the cluster's limits; never a password
-//	VOLUME/lock       as above (it excludes processes of this host only:
-//	                  one writer across hosts is issue 18's next step)
+//	VOLUME/lock       taken shared by every open (mkfs takes it exclusive)
+//
+// A volume in etcd may have several such directories, one per host (or
+// several on one host), all pointing at the same URL and data device.
 //
 // Block 0 of the data device holds a Header that must agree with the
 // metadata's superblock (same UUID and geometry), so a data device paired
 // with the wrong metadata is refused. Format writes both; Attach checks
 // both. Mkfs and Open do the same for a volume directory on the host, and
 // also handle the lock file and the on-disk layout.
+//
+// # One host at a time
+//
+// The lock file excludes processes of one host only. What makes one
+// process, on any host, the only writer of a volume in etcd is its
+// ownership: a read-write Open takes it (etcdkv.KV.Acquire: an owner key
+// attached to an etcd lease of LeaseOptions.TTL, kept alive), or fails
+// with an *InUseError naming the holder (host, pid, mount point), or, as a
+// standby (LeaseOptions.Standby), waits until the holder releases the
+// volume or its lease expires. Only then does it read the superblock, so
+// that it starts from everything the previous owner committed. The
+// ownership fences both halves of the volume:
+//
+//   - metadata: every commit writes only if the owner key still carries
+//     this host's lease (an etcd comparison), and fails with
+//     etcdkv.ErrNotOwner and EIO otherwise, writing nothing; the engine
+//     then shuts down, as after any failed commit;
+//   - data: Dev is wrapped in a fencedev.Device (Volume.Fence) whose
+//     window ends at the owner's deadline (the send time of the last
+//     confirmed keep-alive + TTL - Margin), so that no data request is
+//     submitted once the lease may have expired; the fence closes for
+//     good when the lease is lost.
+//
+// A host that takes the volume over after its previous owner's lease
+// expired or was revoked (a crash, a partition, SIGSTOP) holds its data
+// requests until TTL + Margin + IOBound after it acquired the lease: by
+// then the previous owner's deadline has passed (it was before the
+// acquisition + TTL) and its last requests are over (IOBound). Metadata
+// operations, which etcd fences, proceed at once. After a clean release
+// (Close of the previous owner, after its last request) or a fresh mkfs
+// there is no wait (etcdkv.Owner.Clean). What the data fence does not
+// cover is in the fencedev package doc. The engine recovers the rest
+// itself at open: it frees the previous owner's orphans, and extents it
+// allocated but never converted read as zeros.
+//
+// Read-only opens (fsck, fiemap) of a volume in etcd are refused while a
+// host owns it, except with OpenOptions.Shared (stat), which never
+// changes anything.
 package volume
 
 import (
@@ -36,7 +76,9 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/device/fencedev"
 	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/meta/etcdkv"
 )
 
 // MinSize is the smallest data device mkfs accepts.
@@ -56,6 +98,13 @@ type Volume struct {
 	// MetaURL is the etcd URL of a volume whose metadata is in etcd, ""
 	// for the embedded Pebble store.
 	MetaURL string
+	// Owner is the volume's ownership (an etcd lease), taken by a
+	// read-write Open of a volume in etcd; nil otherwise. Close releases
+	// it. A mount watches Owner.Lost to stop serving.
+	Owner *etcdkv.Owner
+	// Fence is Dev when Owner is set: the data device behind the fence of
+	// that ownership (Fence.Inner is the raw device). Nil otherwise.
+	Fence *fencedev.Device
 
 	lock *os.File
 }
@@ -180,14 +229,19 @@ func Attach(dev device.Device, kv meta.KV) (*Volume, error) {
 	return &Volume{Header: h, Super: sb, Dev: dev, KV: kv}, nil
 }
 
-// Close closes the metadata and the device and releases the lock.
+// Close closes the device (waiting for its requests), releases the
+// ownership (Owner) if there is one, closes the metadata and releases the
+// lock.
 func (v *Volume) Close() error {
 	var errs []error
-	if v.KV != nil {
-		errs = append(errs, v.KV.Close())
-	}
 	if v.Dev != nil {
 		errs = append(errs, v.Dev.Close())
+	}
+	if v.Owner != nil {
+		errs = append(errs, v.releaseOwner())
+	}
+	if v.KV != nil {
+		errs = append(errs, v.KV.Close())
 	}
 	if v.lock != nil {
 		errs = append(errs, v.lock.Close())

@@ -498,12 +498,22 @@ func (o *Owner) stopLoop() {
 }
 
 // Release gives the volume up cleanly, for a host that has completed its
-// last data request: it deletes the owner key and writes ReleasedKey in
-// one transaction (if the key still carries the lease), so that the next
-// owner need not wait (Clean), then revokes the lease. Afterwards every
-// commit fails with ErrNotOwner, and the watchers are told. A lost Owner
-// only revokes its lease. Release is idempotent.
-func (o *Owner) Release() error {
+// last data request and whose predecessor's requests are over too (its
+// takeover wait has passed, or it was Clean): it deletes the owner key and
+// writes ReleasedKey in one transaction (if the key still carries the
+// lease), so that the next owner need not wait (Clean), then revokes the
+// lease. Afterwards every commit fails with ErrNotOwner, and the watchers
+// are told. A lost Owner only revokes its lease. Release and Revoke are
+// idempotent: the first call counts.
+func (o *Owner) Release() error { return o.release(true) }
+
+// Revoke gives the volume up without vouching for the data requests: it
+// revokes the lease (etcd deletes the owner key with it), so the next
+// owner waits as after a crash. It is for a host that gives up before its
+// takeover wait has passed.
+func (o *Owner) Revoke() error { return o.release(false) }
+
+func (o *Owner) release(clean bool) error {
 	o.stopLoop()
 	o.mu.Lock()
 	already, lostErr := o.mu.released, o.mu.err
@@ -513,7 +523,7 @@ func (o *Owner) Release() error {
 		return nil
 	}
 	var err error
-	if lostErr == nil {
+	if lostErr == nil && clean {
 		h := o.holder
 		h.Lease, h.Released = 0, time.Now().UTC().Truncate(time.Second)
 		value, _ := json.Marshal(&h)

@@ -323,7 +323,8 @@ func TestOwnedLimits(t *testing.T) {
 }
 
 // TestMarkReleased: mkfs marks a new volume released, so its first owner
-// is clean; nobody may mark an owned volume.
+// is clean; nobody may mark an owned volume; after a Revoke, the next
+// owner is not clean.
 func TestMarkReleased(t *testing.T) {
 	kv := open(t, Options{})
 	if err := kv.MarkReleased(Holder{Host: "mkfs"}); err != nil {
@@ -335,6 +336,14 @@ func TestMarkReleased(t *testing.T) {
 	}
 	if err := kv.MarkReleased(Holder{}); !errors.Is(err, ErrHeld) {
 		t.Errorf("MarkReleased of an owned volume: %v", err)
+	}
+	// Revoke vouches for nothing: the next owner waits.
+	if err := own.Revoke(); err != nil {
+		t.Fatal(err)
+	}
+	own = acquire(t, kv, "")
+	if own.Clean() {
+		t.Error("the owner after a Revoke is clean")
 	}
 	own.Release()
 }

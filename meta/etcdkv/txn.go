@@ -222,7 +222,10 @@ func (t *txn) Commit(sync bool) error {
 	if own != nil {
 		if err := own.Err(); err != nil {
 			kv.stats.notOwner.Add(1)
-			return opError("commit", nil, fmt.Errorf("%w: %w; nothing written", ErrNotOwner, err))
+			if !errors.Is(err, ErrNotOwner) {
+				err = fmt.Errorf("%w: %w", ErrNotOwner, err)
+			}
+			return opError("commit", nil, fmt.Errorf("%w; nothing written", err))
 		}
 	}
 	cmps, ops, inner := t.request()
@@ -253,9 +256,9 @@ func (t *txn) Commit(sync bool) error {
 		return opError("commit", nil, fmt.Errorf("outcome unknown: %w", err))
 	case own != nil && !resp.Succeeded:
 		kv.stats.notOwner.Add(1)
-		lost := fmt.Errorf("%w: %s; nothing written", ErrNotOwner, own.describeLoss(resp))
+		lost := fmt.Errorf("%w: %s", ErrNotOwner, own.describeLoss(resp))
 		own.lose(lost)
-		return opError("commit", nil, lost)
+		return opError("commit", nil, fmt.Errorf("%w; nothing written", lost))
 	case own != nil && !resp.Responses[0].GetResponseTxn().Succeeded, own == nil && !resp.Succeeded:
 		kv.stats.conflicts.Add(1)
 		return opError("commit", nil, fmt.Errorf("%w (read at revision %d, refused at revision %d)", ErrConflict, t.rev, resp.Header.Revision))
