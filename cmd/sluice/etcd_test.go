@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicefs/sluice/meta/etcdkv"
 	"github.com/sluicefs/sluice/meta/etcdkv/etcdtest"
+	"github.com/sluicefs/sluice/volume"
 )
 
 // etcdCluster is started by the first test that needs it, with the limits
@@ -91,5 +93,55 @@ func TestEtcdCLI(t *testing.T) {
 		if _, err := os.Stat(c.args[1]); !os.IsNotExist(err) {
 			t.Errorf("%v left %s behind", c.args, c.args[1])
 		}
+	}
+}
+
+// TestEtcdOwnerCLI: stat of a volume in etcd shows each endpoint's health
+// and its owner (none, then this process while it holds the volume open
+// read-write, as a mount does); fsck and mkfs --force are refused while a
+// host owns it, naming the host.
+func TestEtcdOwnerCLI(t *testing.T) {
+	tmp := t.TempDir()
+	dir, img := filepath.Join(tmp, "vol"), filepath.Join(tmp, "shared.img")
+	url := etcdURL(t, "cli/owner")
+	if code, _, errOut := sluiceRun(t, "mkfs", dir, "--meta", url, "--data", img, "--size", "32M"); code != 0 {
+		t.Fatalf("mkfs: exit %d: %s", code, errOut)
+	}
+	code, out, errOut := sluiceRun(t, "stat", dir)
+	if code != 0 || !strings.Contains(out, "owner        none (not mounted)") || strings.Count(out, " healthy, ") != 3 || !strings.Contains(out, "healthy, leader, etcd ") {
+		t.Errorf("stat: exit %d:\n%s%s", code, out, errOut)
+	}
+
+	v, err := volume.Open(dir, volume.OpenOptions{Lease: volume.LeaseOptions{TTL: 2 * time.Second, Mount: "/mnt/test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	code, out, errOut = sluiceRun(t, "stat", dir)
+	held := fmt.Sprintf("pid %d on host ", os.Getpid())
+	if code != 0 || !strings.Contains(out, "owner        "+held) || !strings.Contains(out, "mounted on /mnt/test") {
+		t.Errorf("stat of an owned volume: exit %d:\n%s%s", code, out, errOut)
+	}
+	js := statJSONOf(t, dir)
+	etcd, _ := js["etcd"].(map[string]any)
+	owner, _ := etcd["owner"].(map[string]any)
+	if eps, _ := etcd["endpoints"].([]any); len(eps) != 3 || owner["mount"] != "/mnt/test" || owner["pid"] != float64(os.Getpid()) {
+		t.Errorf("stat --json: etcd %v", etcd)
+	}
+	code, _, errOut = sluiceRun(t, "fsck", dir)
+	if code != 8 {
+		t.Errorf("fsck of an owned volume: exit %d", code)
+	}
+	wantOneLine(t, "fsck", errOut, "is in use by "+held, "mounted on /mnt/test", "unmount it first")
+	code, _, errOut = sluiceRun(t, "mkfs", filepath.Join(tmp, "v2"), "--meta", url, "--data", filepath.Join(tmp, "img2"), "--size", "32M", "--force")
+	if code != 1 {
+		t.Errorf("mkfs --force over an owned volume: exit %d", code)
+	}
+	wantOneLine(t, "mkfs", errOut, "is in use by "+held)
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := sluiceRun(t, "stat", dir); code != 0 || !strings.Contains(out, "owner        none") {
+		t.Errorf("stat after the release: exit %d:\n%s", code, out)
 	}
 }

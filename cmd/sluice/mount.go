@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,13 +22,14 @@ import (
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/fusefs"
 	"github.com/sluicefs/sluice/fuseserver"
+	"github.com/sluicefs/sluice/meta/etcdkv"
 	"github.com/sluicefs/sluice/volume"
 )
 
 func newMountCommand() *cobra.Command {
 	var f mountFlags
 	cmd := &cobra.Command{
-		Use:   "mount VOLUME DIR [--policy concurrent|seeds|classic] [--cache-size SIZE] [--metrics ADDR] [-o OPTS] [--debug]",
+		Use:   "mount VOLUME DIR [--policy concurrent|seeds|classic] [--cache-size SIZE] [--metrics ADDR] [-o OPTS] [--debug] [--standby] [--lease-ttl DURATION]",
 		Short: "serve a volume through FUSE in the foreground (creates it on first use)",
 		Long: `Serve the volume VOLUME on the directory DIR through FUSE, in the foreground, until
 it is unmounted (sluice umount DIR) or interrupted. A VOLUME that does not exist
@@ -43,10 +45,22 @@ allow_other, ro, suid, nosuid, dev, nodev, exec, noexec, noatime through.
 At the first SIGINT (Ctrl-C) or SIGTERM it makes everything durable, unmounts
 (waiting up to --grace for files open on the mount to be closed, then aborting the
 FUSE connection), closes the volume and exits 0. A second signal aborts at once
-(exit 1); a third exits immediately.`,
+(exit 1); a third exits immediately.
+
+A volume whose metadata is in etcd is served by one host at a time: the mount owns
+it through an etcd lease of --lease-ttl, kept alive while it serves. A mount of a
+volume another host owns fails with a message naming that host, or, with
+--standby, waits until that host unmounts or its lease expires (it crashed, or
+lost etcd), then takes the volume over and serves it. After a crash, the new
+owner's data I/O waits --lease-ttl + --lease-ttl/5 + --lease-io-bound, so that
+nothing the old host submitted can land after it; metadata operations proceed at
+once. A mount that loses its lease (etcd deleted it: the host was frozen or cut
+off from etcd for longer than the TTL) stops: its users get ENOTCONN, and it
+exits 1.`,
 		Example: `  sluice mount /var/lib/vol /mnt/vol
   sluice mount /var/lib/vol /mnt/vol -o allow_other,noatime --policy classic --cache-size 1G
-  sluice mount /var/lib/vol /mnt/vol --metrics localhost:9100 --debug`,
+  sluice mount /var/lib/vol /mnt/vol --metrics localhost:9100 --debug
+  sluice mount /var/lib/etcd-vol /mnt/vol --standby --lease-ttl 5s`,
 		Args: wantArgs(2, "VOLUME and DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runMount(args[0], args[1], &f, cmd.OutOrStdout())
@@ -67,6 +81,9 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 	fl.BoolVar(&f.uringThread, "uring-thread-issuer", false, "with io_uring: issue ring commands from one thread per queue instead of the kernel's polling thread")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
 	addEtcdFlags(fl, &f.etcd, false)
+	fl.DurationVar(&f.leaseTTL, "lease-ttl", etcdkv.DefaultLeaseTTL, "volumes in etcd: the TTL of this host's lease on the volume (`DURATION`, whole seconds): how soon after a crash another host may take the volume over")
+	fl.DurationVar(&f.ioBound, "lease-io-bound", volume.DefaultIOBound, "volumes in etcd: the longest a data request may stay in the device (`DURATION`); a takeover after a crash waits TTL + TTL/5 + this before its first data I/O")
+	fl.BoolVar(&f.standby, "standby", false, "volumes in etcd: if another host owns the volume, wait until it unmounts or its lease expires, then take it over and serve")
 	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "seeds", "classic"))
 	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
 	cmd.RegisterFlagCompletionFunc("transport", completeWords("devfuse", "auto", "uring"))
@@ -78,9 +95,9 @@ FUSE connection), closes the volume and exits 0. A second signal aborts at once
 type mountFlags struct {
 	policy, cacheSize, metrics, size, cache, transport string
 	opts                                               optList
-	debug, writeback, strictDIO, uringThread           bool
+	debug, writeback, strictDIO, uringThread, standby  bool
 	maxBackground                                      int
-	grace                                              time.Duration
+	grace, leaseTTL, ioBound                           time.Duration
 	etcd                                               etcdFlags
 }
 
@@ -151,10 +168,31 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	if err := createIfMissing(volDir, f.size, readOnly, stdout); err != nil {
 		return err
 	}
+	if f.leaseTTL <= 0 || f.ioBound < 0 {
+		return &usageError{"--lease-ttl must be positive and --lease-io-bound not negative"}
+	}
 	eopts := &sluice.Options{Policy: &pol, CacheSizeBytes: cacheBytes, ReadOnly: readOnly}
-	eng, err := openEngine(volDir, eopts, &f.etcd)
+	// A standby waits in openEngine: a signal ends the wait.
+	waitCtx, stopWait := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	lease := volume.LeaseOptions{TTL: f.leaseTTL, IOBound: f.ioBound, Standby: f.standby, Mount: mnt, Context: waitCtx,
+		OnWait: func(h etcdkv.Holder) {
+			fmt.Fprintf(stdout, "standby: volume %s is owned by %s; waiting until it unmounts or its lease expires\n", volDir, &h)
+		}}
+	eng, err := openEngine(volDir, eopts, &f.etcd, lease)
+	stopWait()
 	if err != nil {
+		if waitCtx.Err() != nil && errors.Is(err, context.Canceled) {
+			fmt.Fprintf(stdout, "standby: stopped waiting for volume %s\n", volDir)
+			return nil
+		}
 		return volumeOpenError(volDir, err)
+	}
+	if own := eng.vol.Owner; own != nil {
+		how := "released cleanly"
+		if !own.Clean() {
+			how = fmt.Sprintf("the previous owner's lease expired or was revoked: data I/O waits until %s", eng.vol.Fence.NotBefore().Format("15:04:05.000"))
+		}
+		fmt.Fprintf(stdout, "owner of volume %s: lease %x, TTL %v (%s)\n", volDir, own.ID(), own.TTL(), how)
 	}
 	transport, err := fuseserver.ParseTransport(f.transport)
 	if err != nil {
@@ -177,6 +215,7 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	var metricsSrv *http.Server
 	if f.metrics != "" {
 		fopts.Metrics = fusefs.NewMetrics()
+		registerEtcdMetrics(fopts.Metrics.Registry(), eng.vol)
 		metricsSrv, err = serveMetrics(f.metrics, fopts.Metrics, logger)
 		if err != nil {
 			eng.Close()
@@ -195,9 +234,14 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "mounted %s on %s (policy %s, cache %s, page cache %d MiB); stop with Ctrl-C or: sluice umount %s\n",
 		volDir, mnt, o.Policy, mode, o.CacheSizeBytes>>20, mnt)
 
+	lost := stopOnLoss(eng.vol, srv, logger)
 	forced := waitAndUnmount(srv, eng.FS, f.grace, logger)
 	if metricsSrv != nil {
 		metricsSrv.Close()
+	}
+	if err := lost(); err != nil {
+		eng.Close() // fails: nothing of it reaches the volume any more
+		return &exitError{code: 1, err: fmt.Errorf("lost the ownership of volume %s (%v): stopped serving %s", volDir, err, mnt)}
 	}
 	if err := eng.Close(); err != nil {
 		return fmt.Errorf("closing volume %s: %w (run: sluice fsck %s)", volDir, err, volDir)
@@ -218,14 +262,14 @@ type volumeEngine struct {
 
 func (e *volumeEngine) Close() error { return errors.Join(e.FS.Close(), e.vol.Close()) }
 
-// openEngine opens the volume (with the etcd flags, for a volume whose
-// metadata is in etcd) and starts the engine on it.
-func openEngine(dir string, eopts *sluice.Options, ef *etcdFlags) (*volumeEngine, error) {
+// openEngine opens the volume (with the etcd flags and the lease, for a
+// volume whose metadata is in etcd) and starts the engine on it.
+func openEngine(dir string, eopts *sluice.Options, ef *etcdFlags, lease volume.LeaseOptions) (*volumeEngine, error) {
 	eo, err := ef.options()
 	if err != nil {
 		return nil, err
 	}
-	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: eopts.ReadOnly, Device: eopts.Device, Etcd: eo})
+	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: eopts.ReadOnly, Device: eopts.Device, Etcd: eo, Lease: lease})
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +279,38 @@ func openEngine(dir string, eopts *sluice.Options, ef *etcdFlags) (*volumeEngine
 		return nil, err
 	}
 	return &volumeEngine{FS: fs, vol: v}, nil
+}
+
+// stopOnLoss aborts the mount's FUSE connection if the volume's ownership
+// is lost while it serves (v.Owner.Lost): its users get ENOTCONN, and
+// waitAndUnmount returns. The function it returns stops watching and
+// reports the loss, if there was one; call it once the mount has ended
+// and before the volume is closed (whose release is not a loss).
+func stopOnLoss(v *volume.Volume, srv *fusefs.Server, logger *log.Logger) func() error {
+	own := v.Owner
+	if own == nil {
+		return func() error { return nil }
+	}
+	stop := make(chan struct{})
+	var lost error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-stop:
+		case <-own.Lost():
+			lost = own.Err()
+			logger.Printf("lost the ownership of the volume: %v; aborting the FUSE connection of %s", lost, srv.Dir())
+			if err := srv.UnmountWith(fusefs.UnmountOptions{Force: true}); err != nil {
+				logger.Printf("%v", err)
+			}
+		}
+	}()
+	return func() error {
+		close(stop)
+		<-done
+		return lost
+	}
 }
 
 // createIfMissing creates the volume directory dir with a sparse image of

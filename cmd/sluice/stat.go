@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluicefs/sluice/device/directdev"
+	"github.com/sluicefs/sluice/meta/etcdkv"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -23,8 +24,10 @@ func newStatCommand() *cobra.Command {
 		Use:   "stat VOLUME [--json]",
 		Short: "show the header and space usage",
 		Long: `Open VOLUME read-only and show its header (UUID, format, geometry), its data
-device and how it is driven, and its space and inode usage. The volume must not
-be in use (mounted).`,
+device and how it is driven, and its space and inode usage. A volume on the
+embedded Pebble store must not be in use (mounted). For a volume whose metadata
+is in etcd, which may be mounted meanwhile (by this host or another), it also
+shows each etcd endpoint's health and the host that owns the volume, if any.`,
 		Args: wantArgs(1, "one VOLUME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runStat(args[0], asJSON, &ef, cmd.OutOrStdout())
@@ -48,7 +51,7 @@ type statJSON struct {
 // runStat opens the volume read-only and prints its header and space
 // usage: one "key value" line each, sizes in bytes and IEC units.
 func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
-	v, err := openVolumeReadOnly(dir, ef)
+	v, err := openVolume(dir, ef, true)
 	if err != nil {
 		return err
 	}
@@ -56,6 +59,9 @@ func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
 	in, err := v.Stat()
 	if err != nil {
 		return fmt.Errorf("volume %s: reading the metadata: %w", dir, err)
+	}
+	if in.Etcd, err = v.EtcdStatus(); err != nil {
+		return fmt.Errorf("volume %s: reading its owner: %w", dir, err)
 	}
 	describeDevice(v, in)
 	bs := uint64(in.BlockSize)
@@ -83,6 +89,14 @@ func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
 	line("I/O", "%s", ioMode(in))
 	if in.MetaURL != "" {
 		line("metadata", "etcd %s", in.MetaURL)
+		for _, ep := range in.Etcd.Endpoints {
+			line("etcd", "%s", endpointLine(&ep))
+		}
+		if h := in.Etcd.Owner; h != nil {
+			line("owner", "%s, lease %x, %v left", h, h.Lease, h.TTLLeft)
+		} else {
+			line("owner", "none (not mounted)")
+		}
 	} else {
 		line("metadata", "pebble %s", filepath.Join(dir, "meta"))
 	}
@@ -99,14 +113,37 @@ func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
 	return nil
 }
 
-// openVolumeReadOnly opens a volume for stat and fsck, turning the refusals
-// of volume.Open into one-line messages that say what to do.
+// endpointLine describes one etcd member's status: "URL healthy, leader,
+// etcd 3.7.3, 1.2 ms" or "URL unhealthy: why".
+func endpointLine(ep *etcdkv.EndpointStatus) string {
+	took := fmt.Sprintf("%.1f ms", float64(ep.Took.Microseconds())/1000)
+	if !ep.Healthy {
+		return fmt.Sprintf("%s unhealthy: %s (%s)", ep.Endpoint, ep.Error, took)
+	}
+	role := ""
+	if ep.Leader {
+		role = ", leader"
+	}
+	return fmt.Sprintf("%s healthy%s, etcd %s, raft term %d, %s", ep.Endpoint, role, ep.Version, ep.RaftTerm, took)
+}
+
+// openVolumeReadOnly opens a volume for fsck and fiemap, turning the
+// refusals of volume.Open into one-line messages that say what to do. A
+// volume in etcd that a host owns (mounted) is refused, as one on Pebble
+// that a process holds.
 func openVolumeReadOnly(dir string, ef *etcdFlags) (*volume.Volume, error) {
+	return openVolume(dir, ef, false)
+}
+
+// openVolume opens a volume read-only; shared lets it open a volume in etcd
+// that a host owns (stat, which changes nothing and reads one consistent
+// state per record kind).
+func openVolume(dir string, ef *etcdFlags, shared bool) (*volume.Volume, error) {
 	eo, err := ef.options()
 	if err != nil {
 		return nil, err
 	}
-	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: true, Etcd: eo})
+	v, err := volume.Open(dir, volume.OpenOptions{ReadOnly: true, Shared: shared, Etcd: eo})
 	if err != nil {
 		return nil, volumeOpenError(dir, err)
 	}
@@ -121,6 +158,10 @@ func volumeOpenError(dir string, err error) error {
 		// "volume DIR is in use by pid N: volume in use": drop the
 		// sentinel's redundant text.
 		msg := strings.TrimSuffix(err.Error(), ": "+volume.ErrInUse.Error())
+		var iu *volume.InUseError
+		if errors.As(err, &iu) && iu.Host != "" {
+			return fmt.Errorf("%s; unmount it first (a mount with --standby waits for it instead)", msg)
+		}
 		return fmt.Errorf("%s; unmount it or stop that process first", msg)
 	case errors.Is(err, volume.ErrBadHeader):
 		return fmt.Errorf("%w; restore %s from a backup, or recreate the volume with: sluice mkfs %s --size SIZE --force (this erases it)",
@@ -134,7 +175,7 @@ func volumeOpenError(dir string, err error) error {
 // describeDevice fills in the fields of in that volume.Stat leaves to the
 // caller because they depend on how the device was opened.
 func describeDevice(v *volume.Volume, in *volume.Info) {
-	if d, ok := v.Dev.(*directdev.Device); ok {
+	if d, ok := v.Dev.(*directdev.Device); ok { // read-only opens: never fenced
 		in.DataBackend = d.Backend().String()
 		in.DirectIO = d.Direct()
 	}
