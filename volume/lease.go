@@ -76,7 +76,7 @@ func acquireOwner(dir string, kv *etcdkv.KV, o LeaseOptions) (*etcdkv.Owner, err
 	own, err := kv.Acquire(ctx, etcdkv.OwnerOptions{
 		TTL:     o.TTL,
 		Margin:  o.Margin,
-		Holder:  etcdkv.Holder{Mount: o.Mount},
+		Holder:  etcdkv.Holder{Mount: o.Mount, IOBound: o.ioBound()},
 		Standby: o.Standby,
 		OnWait:  o.OnWait,
 	})
@@ -96,23 +96,28 @@ func holderInUse(dir string, h *etcdkv.Holder) *InUseError {
 	return e
 }
 
+// ioBound is IOBound, defaults applied.
+func (o *LeaseOptions) ioBound() time.Duration {
+	if o.IOBound == 0 {
+		return DefaultIOBound
+	}
+	return o.IOBound
+}
+
 // fence wraps dev in the data fence of own: it admits requests until the
 // owner's deadline, and, after a takeover from a host whose lease expired
-// or was revoked, only from TTL + Margin + IOBound after the acquisition.
+// or was revoked, only from TTL + Margin + IOBound (the longest of this
+// host's and the previous owner's) after the acquisition.
 func fence(dev device.Device, own *etcdkv.Owner, o LeaseOptions) *fencedev.Device {
-	bound := o.IOBound
-	if bound == 0 {
-		bound = DefaultIOBound
-	}
 	var notBefore time.Time
-	if !own.Clean() {
-		notBefore = own.Acquired().Add(own.TTL() + own.Margin() + bound)
+	if wait := own.TakeoverWait(o.ioBound()); wait > 0 {
+		notBefore = own.Acquired().Add(wait)
 	}
 	f := fencedev.New(dev, fencedev.Options{
 		NotBefore:    notBefore,
 		Deadline:     own.Deadline(),
 		Grace:        own.Margin(),
-		RequestBound: bound,
+		RequestBound: o.ioBound(),
 	})
 	own.Notify(func(deadline time.Time, err error) {
 		if err != nil {

@@ -50,9 +50,10 @@
 //
 // A host that takes the volume over after its previous owner's lease
 // expired or was revoked (a crash, a partition, SIGSTOP) holds its data
-// requests until TTL + Margin + IOBound after it acquired the lease: by
-// then the previous owner's deadline has passed (it was before the
-// acquisition + TTL) and its last requests are over (IOBound). Metadata
+// requests until TTL + Margin + IOBound after it acquired the lease (the
+// longest of its own and the previous owner's terms, which etcd records):
+// by then the previous owner's deadline has passed (it was before the
+// acquisition + its TTL) and its last requests are over (its IOBound). Metadata
 // operations, which etcd fences, proceed at once. After a clean release
 // (Close of the previous owner, after its last request) or a fresh mkfs
 // there is no wait (etcdkv.Owner.Clean). What the data fence does not

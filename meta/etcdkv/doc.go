@@ -24,7 +24,7 @@
 // meta.ErrCorrupt.
 //
 // Two keys under the prefix are the KV's own: OwnerKey ("owner") and
-// ReleasedKey ("owner.released"). The schema's keys begin with an
+// LastOwnerKey ("owner.last"). The schema's keys begin with an
 // upper-case kind byte, so they never collide; scans (of the KV, its
 // Snapshots and its Txns) skip them, so that the volume's key space is
 // the schema's alone.
@@ -113,7 +113,7 @@
 // only if the key is absent:
 //
 //	If(CreateRevision(owner) == 0)
-//	Then(Put(owner, holder, lease), Get(owner.released), Delete(owner.released))
+//	Then(Put(owner, holder, lease), Get(owner.last), Put(owner.last, holder))
 //	Else(Get(owner))                 the holder, for the refusal or the wait
 //
 // A second host's Acquire fails with a *HeldError naming the holder or, as
@@ -150,15 +150,16 @@
 //
 // A host taking over after a lease expired or was revoked cannot know
 // when the previous owner's deadline ended, only that it ended before the
-// takeover + TTL (that owner's last renewal was sent before its key was
-// deleted), and that its requests then in flight end within the request
-// bound. So it waits TTL + Margin + the request bound after Acquire before
-// its first data request (package volume does). Owner.Release, called by a
-// host after its last data request, deletes the owner key and writes
-// ReleasedKey in one transaction; the next Acquire deletes ReleasedKey
-// when it creates the owner key, and then knows (Owner.Clean) that the
-// previous owner ended cleanly: it need not wait. mkfs writes ReleasedKey
-// too (MarkReleased).
+// takeover + that owner's TTL (its last renewal was sent before its key
+// was deleted), and that its requests then in flight end within its
+// request bound. So it waits that long (Owner.TakeoverWait: the longest of
+// its own TTL + Margin + bound and the previous owner's, which
+// LastOwnerKey records) after Acquire before its first data request
+// (package volume does). Owner.Release, called by a host after its last
+// data request, deletes the owner key and marks LastOwnerKey released in
+// one transaction; the next owner then knows (Owner.Clean) that the
+// previous one ended cleanly, and need not wait. mkfs writes a released
+// LastOwnerKey (MarkReleased).
 //
 // # Concurrency
 //

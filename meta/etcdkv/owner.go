@@ -24,14 +24,17 @@ import (
 const (
 	// OwnerKey holds the Holder of the volume, attached to its lease.
 	OwnerKey = "owner"
-	// ReleasedKey holds the Holder that last released the volume cleanly
-	// (or mkfs's), until the next owner takes it.
-	ReleasedKey = "owner.released"
+	// LastOwnerKey holds the Holder of the volume's latest owner, with no
+	// lease: it outlives the owner, and says whether it released the
+	// volume cleanly (Holder.Released) and on what terms it held it (TTL,
+	// margin, I/O bound), which the next owner's wait depends on. mkfs
+	// writes a released one (MarkReleased).
+	LastOwnerKey = "owner.last"
 )
 
 // reserved reports whether volume key k is one of the reserved keys.
 func reserved(k []byte) bool {
-	return len(k) > 0 && k[0] == 'o' && (string(k) == OwnerKey || string(k) == ReleasedKey)
+	return len(k) > 0 && k[0] == 'o' && (string(k) == OwnerKey || string(k) == LastOwnerKey)
 }
 
 // DefaultLeaseTTL is OwnerOptions.TTL's default.
@@ -59,7 +62,15 @@ type Holder struct {
 	Pid     int       `json:"pid"`
 	Mount   string    `json:"mount,omitempty"`
 	Started time.Time `json:"started"`
-	// Released is when the holder released the volume (ReleasedKey only).
+	// TTL and Margin are the holder's lease terms (Owner.TTL, Margin),
+	// and IOBound the bound it assumed on its data requests' time in
+	// flight (its caller's, recorded for the next owner: etcdkv does not
+	// use it). Acquire sets TTL and Margin.
+	TTL     time.Duration `json:"ttl_ns,omitempty"`
+	Margin  time.Duration `json:"margin_ns,omitempty"`
+	IOBound time.Duration `json:"io_bound_ns,omitempty"`
+	// Released is when the holder released the volume cleanly
+	// (LastOwnerKey only).
 	Released time.Time `json:"released,omitzero"`
 	// Lease is the ID of the holder's etcd lease and TTLLeft its
 	// remaining time to live when it was read, in whole seconds rounded
@@ -142,7 +153,7 @@ type Owner struct {
 	ttl      time.Duration    // granted by etcd. Immutable.
 	margin   time.Duration    // Immutable.
 	acquired time.Time        // Immutable.
-	clean    bool             // Immutable.
+	previous *Holder          // LastOwnerKey at the acquisition, or nil. Immutable.
 
 	// stop ends the keep-alive goroutine, which closes done.
 	stop     chan struct{}
@@ -192,15 +203,11 @@ func (kv *KV) Acquire(ctx context.Context, o OwnerOptions) (*Owner, error) {
 		h.Started = time.Now().UTC().Truncate(time.Second)
 	}
 	h.Lease, h.TTLLeft, h.Released = 0, 0, time.Time{}
-	value, err := json.Marshal(&h)
-	if err != nil {
-		return nil, err
-	}
 	if cur := kv.owner.Load(); cur != nil && cur.Err() == nil {
 		return nil, fmt.Errorf("etcdkv: acquire: this KV already owns the volume (lease %x)", int64(cur.id))
 	}
 	for {
-		own, holder, rev, err := kv.tryAcquire(&o, h, string(value))
+		own, holder, rev, err := kv.tryAcquire(&o, h)
 		if err != nil || own != nil {
 			return own, err
 		}
@@ -218,7 +225,7 @@ func (kv *KV) Acquire(ctx context.Context, o OwnerOptions) (*Owner, error) {
 
 // tryAcquire makes one attempt: it returns the Owner, or the current
 // holder and the revision at which it was read.
-func (kv *KV) tryAcquire(o *OwnerOptions, h Holder, value string) (*Owner, *Holder, int64, error) {
+func (kv *KV) tryAcquire(o *OwnerOptions, h Holder) (*Owner, *Holder, int64, error) {
 	ctx, cancel := kv.ctx()
 	defer cancel()
 	// The lease starts before the grant request is sent: the deadline is
@@ -231,11 +238,22 @@ func (kv *KV) tryAcquire(o *OwnerOptions, h Holder, value string) (*Owner, *Hold
 	if err != nil {
 		return nil, nil, 0, opError("acquire", []byte(OwnerKey), fmt.Errorf("granting a lease: %w", err))
 	}
-	key, released := kv.key([]byte(OwnerKey)), kv.key([]byte(ReleasedKey))
+	ttl := time.Duration(grant.TTL) * time.Second
+	margin := o.Margin
+	if margin == 0 {
+		margin = ttl / 5
+	}
+	h.TTL, h.Margin = ttl, min(margin, ttl)
+	value, err := json.Marshal(&h)
+	if err != nil {
+		kv.revoke(grant.ID)
+		return nil, nil, 0, err
+	}
+	key, last := kv.key([]byte(OwnerKey)), kv.key([]byte(LastOwnerKey))
 	start := time.Now()
 	resp, err := kv.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, value, clientv3.WithLease(grant.ID)), clientv3.OpGet(released), clientv3.OpDelete(released)).
+		Then(clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID)), clientv3.OpGet(last), clientv3.OpPut(last, string(value))).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	kv.stats.observe(start, err)
@@ -252,21 +270,20 @@ func (kv *KV) tryAcquire(o *OwnerOptions, h Holder, value string) (*Owner, *Hold
 		}
 		return nil, decodeHolder(kvs[0]), resp.Header.Revision, nil
 	}
-	ttl := time.Duration(grant.TTL) * time.Second
-	margin := o.Margin
-	if margin == 0 {
-		margin = ttl / 5
-	}
 	h.Lease = int64(grant.ID)
+	var prev *Holder
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		prev = decodeHolder(kvs[0])
+	}
 	own := &Owner{
 		kv:       kv,
 		id:       grant.ID,
 		key:      key,
 		holder:   h,
-		ttl:      ttl,
-		margin:   min(margin, ttl),
+		ttl:      h.TTL,
+		margin:   h.Margin,
 		acquired: time.Now(),
-		clean:    len(resp.Responses[1].GetResponseRange().Kvs) > 0,
+		previous: prev,
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		lost:     make(chan struct{}),
@@ -344,7 +361,36 @@ func (o *Owner) Acquired() time.Time { return o.acquired }
 // request of another host can still be in flight, and a new owner need not
 // wait before its first data request. It is false after a lease that
 // expired or was revoked, or an owner key deleted by hand.
-func (o *Owner) Clean() bool { return o.clean }
+func (o *Owner) Clean() bool { return o.previous != nil && !o.previous.Released.IsZero() }
+
+// Previous returns the volume's previous owner as LastOwnerKey said at the
+// acquisition (its terms, and whether it released the volume), or nil for
+// a volume that never recorded one.
+func (o *Owner) Previous() *Holder {
+	if o.previous == nil {
+		return nil
+	}
+	p := *o.previous
+	return &p
+}
+
+// TakeoverWait returns how long after Acquire this host must wait before
+// its first data request, given ioBound, its own bound on a request's time
+// in flight: nothing after a clean release; otherwise the longest of its
+// own TTL + Margin + ioBound and the previous owner's, since the previous
+// owner's deadline may have ended up to its TTL after the takeover (a
+// revoked lease) and its requests then in flight up to its I/O bound
+// later.
+func (o *Owner) TakeoverWait(ioBound time.Duration) time.Duration {
+	if o.Clean() {
+		return 0
+	}
+	wait := o.ttl + o.margin + ioBound
+	if p := o.previous; p != nil {
+		wait = max(wait, p.TTL+p.Margin+p.IOBound)
+	}
+	return wait
+}
 
 // Deadline returns the instant until which this host provably owns the
 // volume: the send time of the last keep-alive whose success, and the
@@ -500,9 +546,9 @@ func (o *Owner) stopLoop() {
 // Release gives the volume up cleanly, for a host that has completed its
 // last data request and whose predecessor's requests are over too (its
 // takeover wait has passed, or it was Clean): it deletes the owner key and
-// writes ReleasedKey in one transaction (if the key still carries the
-// lease), so that the next owner need not wait (Clean), then revokes the
-// lease. Afterwards every commit fails with ErrNotOwner, and the watchers
+// marks LastOwnerKey released in one transaction (if the key still carries
+// the lease), so that the next owner need not wait (Clean), then revokes
+// the lease. Afterwards every commit fails with ErrNotOwner, and the watchers
 // are told. A lost Owner only revokes its lease. Release and Revoke are
 // idempotent: the first call counts.
 func (o *Owner) Release() error { return o.release(true) }
@@ -531,7 +577,7 @@ func (o *Owner) release(clean bool) error {
 		start := time.Now()
 		_, err = o.kv.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.LeaseValue(o.key), "=", int64(o.id))).
-			Then(clientv3.OpDelete(o.key), clientv3.OpPut(o.kv.key([]byte(ReleasedKey)), string(value))).
+			Then(clientv3.OpDelete(o.key), clientv3.OpPut(o.kv.key([]byte(LastOwnerKey)), string(value))).
 			Commit()
 		o.kv.stats.observe(start, err)
 		cancel()
@@ -570,9 +616,9 @@ func (kv *KV) OwnerOf() (*Holder, error) {
 	return h, nil
 }
 
-// MarkReleased records h as the volume's last clean holder (ReleasedKey),
-// unless someone owns the volume: mkfs does, so that the first owner of a
-// new volume need not wait (Owner.Clean).
+// MarkReleased records h as the volume's last owner, released
+// (LastOwnerKey), unless someone owns the volume: mkfs does, so that the
+// first owner of a new volume need not wait (Owner.Clean).
 func (kv *KV) MarkReleased(h Holder) error {
 	h.Lease, h.TTLLeft = 0, 0
 	if h.Released.IsZero() {
@@ -587,14 +633,14 @@ func (kv *KV) MarkReleased(h Holder) error {
 	start := time.Now()
 	resp, err := kv.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(kv.key([]byte(OwnerKey))), "=", 0)).
-		Then(clientv3.OpPut(kv.key([]byte(ReleasedKey)), string(value))).
+		Then(clientv3.OpPut(kv.key([]byte(LastOwnerKey)), string(value))).
 		Commit()
 	kv.stats.observe(start, err)
 	if err != nil {
-		return opError("mark released", []byte(ReleasedKey), err)
+		return opError("mark released", []byte(LastOwnerKey), err)
 	}
 	if !resp.Succeeded {
-		return opError("mark released", []byte(ReleasedKey), ErrHeld)
+		return opError("mark released", []byte(LastOwnerKey), ErrHeld)
 	}
 	return nil
 }

@@ -254,6 +254,41 @@ func TestCommitAfterLoss(t *testing.T) {
 	own.Release()
 }
 
+// TestTakeoverWait: after a lease revoked behind its owner's back, the
+// next owner waits the longest of its own TTL + margin + I/O bound and the
+// previous owner's, which LastOwnerKey recorded; after a clean release it
+// does not wait.
+func TestTakeoverWait(t *testing.T) {
+	a := open(t, Options{})
+	b := sharePrefix(t, a)
+	ownA, err := a.Acquire(context.Background(), OwnerOptions{TTL: 3 * time.Second, Holder: Holder{IOBound: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin(t).Revoke(context.Background(), clientv3.LeaseID(ownA.ID())); err != nil {
+		t.Fatal(err)
+	}
+	ownB := acquire(t, b, "")
+	p := ownB.Previous()
+	if p == nil || p.TTL != 3*time.Second || p.Margin != 600*time.Millisecond || p.IOBound != time.Second || !p.Released.IsZero() {
+		t.Fatalf("previous owner %+v", p)
+	}
+	if w := ownB.TakeoverWait(300 * time.Millisecond); w != 4600*time.Millisecond {
+		t.Errorf("takeover wait %v, want the previous owner's 3s + 600ms + 1s", w)
+	}
+	if w := ownB.TakeoverWait(5 * time.Second); w != testTTL+testTTL/5+5*time.Second {
+		t.Errorf("takeover wait %v, want its own terms when longer", w)
+	}
+	if err := ownB.Release(); err != nil {
+		t.Fatal(err)
+	}
+	ownC := acquire(t, sharePrefix(t, a), "")
+	defer ownC.Release()
+	if !ownC.Clean() || ownC.TakeoverWait(time.Hour) != 0 {
+		t.Errorf("after a clean release: clean %v, wait %v", ownC.Clean(), ownC.TakeoverWait(time.Hour))
+	}
+}
+
 // TestRenewal: the keep-alives move the deadline forward, from their send
 // times, and tell the watchers.
 func TestRenewal(t *testing.T) {
@@ -293,7 +328,7 @@ func TestOwnedConformance(t *testing.T) {
 	kvtest.Run(t, func(t *testing.T) meta.KV {
 		kv := open(t, Options{ScanPageSize: 3})
 		own := acquire(t, kv, "")
-		if err := own.Release(); err != nil { // leaves ReleasedKey
+		if err := own.Release(); err != nil { // leaves LastOwnerKey
 			t.Fatal(err)
 		}
 		acquire(t, kv, "")
