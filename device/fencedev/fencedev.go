@@ -51,9 +51,10 @@
 //     its first request); the Device counts the requests that exceeded it
 //     (Stats.Overdue) but cannot cancel them. io_uring linked timeouts
 //     (IORING_OP_LINK_TIMEOUT) would not close this gap either: they cancel
-//     a request still waiting for an io-wq worker, but a read or write
-//     already issued to the block layer cannot be cancelled (the timeout
-//     completes with -EALREADY and the request runs on);
+//     a request still queued for an io-wq worker, but one that a worker
+//     runs, or that was issued to the block layer, cannot be cancelled (the
+//     timeout completes with -EALREADY or -ENOENT and the request runs
+//     on), so directdev does not use them;
 //   - protect against another host whose clock runs faster than this one's
 //     by more than the lease's margin over one TTL.
 //

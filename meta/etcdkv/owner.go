@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The keys the KV reserves under a volume's prefix for its ownership (see
@@ -133,8 +135,9 @@ type OwnerOptions struct {
 	// defaults to "".
 	Holder Holder
 	// Standby makes Acquire wait, watching the owner key, while another
-	// host owns the volume, and take it once the key is gone. The default
-	// value is false: Acquire fails with a *HeldError.
+	// host owns the volume, and take it once the key is gone; it also
+	// waits through an etcd that does not answer (timeouts, no leader).
+	// The default value is false: Acquire fails with a *HeldError.
 	Standby bool
 	// OnWait, if set, is called (on Acquire's goroutine) each time a
 	// standby starts waiting for a holder. The default value is nil.
@@ -208,6 +211,15 @@ func (kv *KV) Acquire(ctx context.Context, o OwnerOptions) (*Owner, error) {
 	}
 	for {
 		own, holder, rev, err := kv.tryAcquire(&o, h)
+		if err != nil && o.Standby && transient(err) {
+			// A standby outlasts an etcd that does not answer.
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("etcdkv: waiting as a standby: %w (last: %w)", ctx.Err(), err)
+			case <-time.After(max(o.TTL/2, 100*time.Millisecond)):
+			}
+			continue
+		}
 		if err != nil || own != nil {
 			return own, err
 		}
@@ -221,6 +233,15 @@ func (kv *KV) Acquire(ctx context.Context, o OwnerOptions) (*Owner, error) {
 			return nil, fmt.Errorf("etcdkv: waiting for %s to release the volume: %w", holder, err)
 		}
 	}
+}
+
+// transient reports whether err may go away by itself: etcd or the network
+// did not answer in time, or the cluster had no leader.
+func transient(err error) bool {
+	var se interface{ GRPCStatus() *status.Status }
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrTimeout) || notProposed(err) ||
+		(errors.As(err, &se) && se.GRPCStatus().Code() == codes.Unavailable)
 }
 
 // tryAcquire makes one attempt: it returns the Owner, or the current

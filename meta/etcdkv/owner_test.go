@@ -11,7 +11,10 @@ import (
 
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/meta/kvtest"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The lease TTL of these tests: etcdtest's members have a 500 ms election
@@ -414,5 +417,24 @@ func TestHealth(t *testing.T) {
 	}
 	if leaders != 1 {
 		t.Errorf("%d leaders in %+v", leaders, hs)
+	}
+}
+
+// TestTransient: a standby waits through the errors of an etcd that does
+// not answer, not through a refusal.
+func TestTransient(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{opError("acquire", nil, fmt.Errorf("granting a lease: %w", context.DeadlineExceeded)), true},
+		{opError("acquire", nil, rpctypes.ErrGRPCNoLeader), true},
+		{opError("acquire", nil, status.Error(codes.Unavailable, "connection refused")), true},
+		{opError("acquire", nil, rpctypes.ErrGRPCPermissionDenied), false},
+		{opError("acquire", nil, errors.New("the owner key exists and cannot be read")), false},
+	} {
+		if got := transient(c.err); got != c.want {
+			t.Errorf("transient(%v) = %v", c.err, got)
+		}
 	}
 }
