@@ -245,6 +245,15 @@ func TestFailover(t *testing.T) {
 		port := freePort(t)
 		vol, _, a, b := twoHosts(t, bin, "kill", "--metrics", port)
 		checkMetrics(t, port)
+		// A third mount, without --standby, is refused in one line.
+		third := filepath.Join(t.TempDir(), "c")
+		os.Mkdir(third, 0o755)
+		out, err := exec.Command(bin, "mount", vol, third).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || strings.Count(string(out), "\n") != 1 ||
+			!strings.Contains(string(out), "is in use by pid ") || !strings.Contains(string(out), "mounted on "+a.mnt) {
+			t.Errorf("a third mount: %v: %q, want exit 1 and one line naming host A", err, out)
+		}
 
 		// fsync-heavy: every file written and fsynced, buffered and
 		// O_DIRECT, from two writers, until the kill cuts them off.
