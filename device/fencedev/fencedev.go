@@ -27,8 +27,9 @@
 // given to another file. The owner of the lease calls Extend after each
 // renewal it has proven (the deadline only grows in practice, but any value
 // is taken), and Fence when the lease is lost for good. Held requests are
-// submitted, or failed, in arrival order by the goroutine that changes the
-// window (Extend, Fence, Close, or the Device's timer).
+// submitted in arrival order by the goroutine that opens the window
+// (Extend, or the Device's timer at NotBefore), or failed in arrival order
+// on a goroutine of their own (after Fence, Close, or the grace).
 //
 // The check is made in Submit, immediately before the inner device's
 // Submit, against Options.Now (a monotonic clock: time.Now's readings carry
@@ -78,7 +79,8 @@
 // Every method is safe for concurrent use. The admitting path of Submit is
 // three atomic loads; holding and releasing take Device.mu, which is a
 // leaf: it is never held while calling the inner device or a Done callback.
-// Done never runs inside Submit.
+// Done never runs inside Submit, nor inside Extend, Fence or Close: the
+// requests they fail complete on another goroutine.
 package fencedev
 
 import (
@@ -331,12 +333,18 @@ func (d *Device) evaluate() {
 	held := d.mu.held
 	d.mu.held = nil
 	d.mu.Unlock()
+	if err != nil {
+		// On another goroutine: the caller (an owner's watcher, say) may
+		// hold locks that the Done callbacks lead to.
+		go func() {
+			for _, r := range held {
+				d.fail(r, err)
+			}
+		}()
+		return
+	}
 	for _, r := range held {
-		if err != nil {
-			d.fail(r, err)
-		} else {
-			d.pass(r)
-		}
+		d.pass(r)
 	}
 }
 
