@@ -49,7 +49,7 @@ func (in *inode) allocateLocked(t *txn, first, n, reserved uint64) error {
 			_ = fs.alloc.Cancel(allocExtent(e.DevBlock, e.Len))
 		}
 	}
-	rec := t.extents(in.ino)
+	rec := t.extents(in)
 	for _, s := range segs {
 		if !s.Hole {
 			continue

@@ -31,7 +31,8 @@ import (
 // published. So two appends that share a block (sub-block records) are
 // ordered, and the second finds the first's data converted and its block
 // written; appends into different blocks never wait for each other.
-// Published conversions and the size are committed together (the
+// Published conversions and the size change together, in core, and reach
+// the metadata together at the next sync point (convertWrittenLocked; the
 // conversion of a direct append's unwritten blocks waits for the
 // publication: a block past the size is never written), and a buffered
 // append's pages that writeback wrote before its publication keep their
@@ -241,7 +242,7 @@ func (in *inode) trimSpeculative() error {
 			if sg.Hole || sg.State == meta.Written {
 				continue
 			}
-			if err := t.freeBlocks(m.Remove(sg.FileBlock, sg.Len, t.extents(in.ino))); err != nil {
+			if err := t.freeBlocks(m.Remove(sg.FileBlock, sg.Len, t.extents(in))); err != nil {
 				return err
 			}
 		}
@@ -402,9 +403,9 @@ func (in *inode) bufferedAppend(k *kiocb) (int, error) {
 // them unless err), applies the failure rule to what it did not write, and
 // publishes every append at the head of the queue that can be published.
 // One goroutine publishes at a time (appendQueue.publishing), the queue's
-// lock released while it commits: an append that ends meanwhile is only
+// lock released while it publishes: an append that ends meanwhile is only
 // marked done, and the publisher takes it with the next batch, so appends
-// that end together share one commit. The appends published, and those
+// that end together are published together. The appends published, and those
 // given back, are then finished outside the queue's lock.
 func (in *inode) appendEnded(r *appendRes, n int64, err error) {
 	fs := in.fs

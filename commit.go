@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -19,6 +20,9 @@ type txn struct {
 	fs  *FS
 	kv  meta.Txn
 	seq uint64 // the sequence number this transaction commits as
+	// flushed are the inodes whose deferred record changes (inode.recs)
+	// this transaction writes: cleared once it commits.
+	flushed []*inode
 }
 
 // transact runs fn under commitMu and commits what it recorded, together
@@ -59,6 +63,9 @@ func (fs *FS) transact(fn func(t *txn) error) error {
 	if err := t.kv.Commit(false); err != nil {
 		return fs.shutdownWith(fmt.Errorf("committing metadata: %w", err))
 	}
+	for _, in := range t.flushed {
+		in.clearRecs()
+	}
 	fs.commit.seq = t.seq
 	fs.counters.MetaCommits.Add(1)
 	return nil
@@ -76,8 +83,25 @@ func (fs *FS) shutdownWith(err error) error {
 // putInode records in's attributes.
 func (t *txn) putInode(in *meta.Inode) { t.kv.Set(meta.InodeKey(in.Ino), meta.EncodeInode(in)) }
 
-// extents returns a Recorder that writes ino's extent-record changes.
-func (t *txn) extents(ino meta.Ino) extmap.Recorder { return extentRecorder{t.kv, ino} }
+// extents returns a Recorder that writes in's extent-record changes, after
+// the changes deferred in in.recs, which the transaction writes first (and
+// clears once it commits), so that the records take every change in order.
+//
+// Preconditions: in.mu is held.
+func (t *txn) extents(in *inode) extmap.Recorder {
+	r := extentRecorder{t.kv, in.ino}
+	if len(in.recs) > 0 && !slices.Contains(t.flushed, in) {
+		for _, op := range in.recs {
+			if op.del {
+				r.Delete(op.fb)
+			} else {
+				t.kv.Set(meta.ExtentKey(in.ino, op.fb), meta.EncodeExtent(op.ext))
+			}
+		}
+		t.flushed = append(t.flushed, in)
+	}
+	return r
+}
 
 type extentRecorder struct {
 	kv  meta.Txn

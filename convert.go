@@ -1,8 +1,10 @@
 package sluice
 
 import (
+	"fmt"
 	"sync/atomic"
 
+	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/internal/lockrank"
 )
 
@@ -18,13 +20,12 @@ type fileRange struct{ first, n uint64 }
 // the ranges conv are converted in core at once, so reads see the data,
 // stamped with the current conversion epoch, so that their records say
 // written only after the sync point whose device flush made the data
-// durable (extmap epochs; see the package doc's Durability). The extent
-// records it commits, in one transaction, still say unwritten; with
-// publish, the same transaction raises the size to end (never shrinking:
-// racing completions leave the largest end) and records the inode. The
+// durable (extmap epochs; see the package doc's Durability). The
 // copy-on-write runs cow, whose staging blocks hold their data now, are
-// remapped in the same transaction, with the same epoch (remapLocked). The
-// inode joins the dirty set while conversions or remaps are pending.
+// remapped the same way, with the same epoch (extmap Remap). With
+// publish, the size is raised to end (never shrinking: racing completions
+// leave the largest end). Nothing of it is committed before the next sync
+// point (see convertWrittenLocked); the inode joins the dirty set.
 func (in *inode) convertWritten(conv []fileRange, cow []cowRange, end int64, publish bool) error {
 	in.mu.Lock()
 	dirty, err := in.convertWrittenLocked(conv, cow, end, publish)
@@ -36,30 +37,58 @@ func (in *inode) convertWritten(conv []fileRange, cow []cowRange, end int64, pub
 }
 
 // convertWrittenLocked is convertWritten, reporting instead of doing
-// whether the inode must join the dirty set (conversions are pending).
+// whether the inode must join the dirty set (conversions, remaps, record
+// changes or attributes are pending).
+//
+// It commits nothing, as a rule: a conversion and a remap change no
+// record's content until the sync point (the records still say unwritten,
+// or still name the shared blocks), so the record splits and merges they
+// make wait in in.recs (the next transaction of the inode, or the sync
+// point, writes them first), and the size it publishes waits as the
+// attributes that writes change do (attrDirty). A crash before the sync
+// point finds the records as they were, which say the same. Only staged
+// blocks that a remap displaced (a block copied on write twice before a
+// sync point) are freed at once, in a transaction, which also writes the
+// deferred changes; and so does one every maxDeferredRecs changes, which
+// bounds in.recs.
 //
 // Preconditions: in.mu is held.
 func (in *inode) convertWrittenLocked(conv []fileRange, cow []cowRange, end int64, publish bool) (dirty bool, err error) {
 	fs := in.fs
-	err = fs.transact(func(t *txn) error {
-		epoch := fs.convEpoch.Load()
-		for _, r := range conv {
-			in.ext.Convert(r.first, r.n, epoch, t.extents(in.ino))
+	if err := fs.writable(); err != nil {
+		return false, err
+	}
+	epoch := fs.convEpoch.Load()
+	rec := deferRecords{in}
+	for _, r := range conv {
+		in.ext.Convert(r.first, r.n, epoch, rec)
+	}
+	var freed []extmap.DevRange
+	for _, c := range cow {
+		f, err := in.ext.Remap(c.fb, c.n, c.dev, epoch, rec)
+		if err != nil {
+			return true, fs.shutdownWith(fmt.Errorf("remapping inode %d: %w", in.ino, err))
 		}
-		if err := in.remapLocked(t, cow, epoch); err != nil {
-			return err
-		}
-		if publish {
-			if uint64(end) > in.attr.Size {
-				in.attr.Size = uint64(end)
-			}
-			t.putInode(&in.attr)
-			in.attrDirty = false
-		}
-		return nil
-	})
-	return in.ext != nil && in.ext.Pending(), err
+		freed = append(freed, f...)
+		fs.counters.CowRemaps.Add(1)
+	}
+	if publish && uint64(end) > in.attr.Size {
+		in.attr.Size = uint64(end)
+		in.attrDirty = true
+	}
+	if len(freed) > 0 || len(in.recs) > maxDeferredRecs {
+		err = fs.transact(func(t *txn) error {
+			t.extents(in)
+			return t.freeBlocks(freed)
+		})
+	}
+	fs.counters.RecordsDeferred.Add(1)
+	return len(in.recs) > 0 || in.attrDirty || in.ext.Pending(), err
 }
+
+// maxDeferredRecs bounds the record changes an inode defers (in.recs)
+// between transactions.
+const maxDeferredRecs = 4096
 
 // convertWrittenBack converts the unwritten blocks a writeback wrote. While
 // appends are in flight, blocks that lie wholly past the size belong to a

@@ -23,8 +23,9 @@ import (
 // the old blocks' reference and unstages the new ones in the same
 // transaction. So a crash shows the old data or the new, never the staging
 // blocks' stale bytes, and a write into a shared block costs what a write
-// into unwritten blocks costs: no device flush and no extra commit of its
-// own (a conversion's commit carries the remap).
+// into unwritten blocks costs: no device flush and no commit (the remap,
+// as a conversion, changes no record's content before the sync point, so
+// its record splits wait for it: convertWrittenLocked).
 //
 // Two routes lead here. An aligned direct write stages whole blocks and
 // writes the caller's data there (planWrite, under the shared I/O lock, its
@@ -337,26 +338,6 @@ func (in *inode) unshareLocked(first, n uint64) error {
 			fs.counters.CowCopiedBlocks.Add(int64(k))
 			done += k
 		}
-	}
-	return nil
-}
-
-// remapLocked remaps the file blocks of cow to their staging blocks, whose
-// data is on the device, as pending remaps of epoch epoch, and frees the
-// staging blocks a remap displaced (a block copied on write twice before a
-// sync point).
-//
-// Preconditions: in.mu is held; called inside fs.transact.
-func (in *inode) remapLocked(t *txn, cow []cowRange, epoch uint64) error {
-	for _, c := range cow {
-		freed, err := in.ext.Remap(c.fb, c.n, c.dev, epoch, t.extents(in.ino))
-		if err != nil {
-			return eio(fmt.Errorf("remapping inode %d: %w", in.ino, err))
-		}
-		if err := t.freeBlocks(freed); err != nil {
-			return err
-		}
-		in.fs.counters.CowRemaps.Add(1)
 	}
 	return nil
 }

@@ -152,7 +152,7 @@
 //	request.go          mechanism: kiocb, dioOp, ioBatch: the requests, down to the device
 //	allocate.go         mechanism: block allocation, delayed-allocation reservations
 //	convert.go          mechanism: unwritten to written (convertWritten; convGroup shares one commit among completions)
-//	cow.go              mechanism: copy-on-write of shared blocks (staging, unshareLocked, remapLocked)
+//	cow.go              mechanism: copy-on-write of shared blocks (staging, planCow's pool, unshareLocked)
 //	readbeforewrite.go  mechanism: the read-before-write rule (readBeforeWrite)
 //	unitpages.go        mechanism: the neighbour pages a whole-unit read fills
 //	lockio.go           mechanism: lockIO, drain, nowaitEAGAIN

@@ -158,12 +158,12 @@ func (fs *FS) exchangeMappings(in1, in2 *inode, fb1, fb2, nb uint64, flags uint6
 			for _, r := range runs {
 				segs1 := m1.Lookup(fb1+r.first, r.n, nil)
 				segs2 := m2.Lookup(fb2+r.first, r.n, nil)
-				m1.Remove(fb1+r.first, r.n, t.extents(in1.ino))
-				m2.Remove(fb2+r.first, r.n, t.extents(in2.ino))
-				if err := moveSegs(m2, t.extents(in2.ino), segs1, fb1, fb2); err != nil {
+				m1.Remove(fb1+r.first, r.n, t.extents(in1))
+				m2.Remove(fb2+r.first, r.n, t.extents(in2))
+				if err := moveSegs(m2, t.extents(in2), segs1, fb1, fb2); err != nil {
 					return err
 				}
-				if err := moveSegs(m1, t.extents(in1.ino), segs2, fb2, fb1); err != nil {
+				if err := moveSegs(m1, t.extents(in1), segs2, fb2, fb1); err != nil {
 					return err
 				}
 			}
@@ -184,7 +184,7 @@ func (fs *FS) exchangeMappings(in1, in2 *inode, fb1, fb2, nb uint64, flags uint6
 				first := uint64(roundUp(int64(x.in.attr.Size), bs) / bs)
 				for _, s := range x.m.Lookup(first, ^uint64(0)-first, nil) {
 					if !s.Hole && s.State == meta.Written {
-						if err := t.freeBlocks(x.m.Remove(s.FileBlock, s.Len, t.extents(x.in.ino))); err != nil {
+						if err := t.freeBlocks(x.m.Remove(s.FileBlock, s.Len, t.extents(x.in))); err != nil {
 							return err
 						}
 					}

@@ -57,6 +57,15 @@ type inode struct {
 	// attrDirty says attr differs from the persisted record.
 	// Protected by mu.
 	attrDirty bool
+	// recs holds extent-record changes made in core and not yet written
+	// to the metadata, in order: the splits and merges of records that a
+	// conversion or a copy-on-write remap makes, which change no record's
+	// content (the records still say unwritten, or still name the shared
+	// blocks, until a sync point). The next transaction that records this
+	// inode's extents writes them first (txn.extents), and the sync point
+	// at the latest (persist); an inode with some is dirty and is not
+	// evicted. Protected by mu.
+	recs []recOp
 	// mayShare says some extent of the file may map shared blocks
 	// (reflink): set when the file takes part in a clone, or when its
 	// extents are loaded while the volume shares blocks; never cleared.
@@ -181,11 +190,42 @@ func (fs *FS) maybeEvict(in *inode) {
 	}
 	// Delayed-allocation reservations live only in the in-core inode:
 	// evicting one that holds any would lose them for the mount's life.
-	if in.attrDirty || in.ext != nil && in.ext.Pending() || len(in.delalloc) > 0 || !in.pages.Evictable() {
+	if in.attrDirty || in.ext != nil && in.ext.Pending() || len(in.recs) > 0 || len(in.delalloc) > 0 || !in.pages.Evictable() {
 		return
 	}
 	in.pages.Drop()
 	delete(fs.icache.m, in.ino)
+}
+
+// recOp is one deferred extent-record change: a Put of ext at file block
+// fb, or a Delete of the record at fb.
+type recOp struct {
+	fb  uint64
+	ext meta.Extent
+	del bool
+}
+
+// deferRecords is the Recorder of a change whose records need not be
+// written now (see inode.recs): it appends to in.recs.
+//
+// Preconditions: in.mu is held while it records.
+type deferRecords struct{ in *inode }
+
+func (r deferRecords) Put(e extmap.Extent) {
+	r.in.recs = append(r.in.recs, recOp{fb: e.FileBlock, ext: e.Persisted()})
+}
+func (r deferRecords) Delete(fb uint64) { r.in.recs = append(r.in.recs, recOp{fb: fb, del: true}) }
+
+// clearRecs forgets the deferred record changes a committed transaction
+// wrote.
+//
+// Preconditions: in.mu is held.
+func (in *inode) clearRecs() {
+	if cap(in.recs) > 1024 {
+		in.recs = nil
+	} else {
+		in.recs = in.recs[:0]
+	}
 }
 
 // extentsLocked returns the extent map, loading it on first use.
@@ -239,8 +279,11 @@ func (in *inode) persist(epoch uint64) error {
 		return nil
 	}
 	err := fs.transact(func(t *txn) error {
+		if len(in.recs) > 0 {
+			t.extents(in) // the deferred record changes go first
+		}
 		if in.ext != nil && in.ext.Pending() {
-			for _, r := range in.ext.MarkDurable(epoch, t.extents(in.ino)) {
+			for _, r := range in.ext.MarkDurable(epoch, t.extents(in)) {
 				if err := t.remapped(r); err != nil {
 					return err
 				}
@@ -255,7 +298,7 @@ func (in *inode) persist(epoch uint64) error {
 	if err != nil {
 		return err
 	}
-	if in.ext == nil || !in.ext.Pending() {
+	if (in.ext == nil || !in.ext.Pending()) && len(in.recs) == 0 {
 		fs.dirty.mu.Lock()
 		delete(fs.dirty.set, in)
 		fs.dirty.mu.Unlock()

@@ -36,7 +36,7 @@ func (fs *FS) freeInode(in *inode) {
 			if err != nil {
 				return err
 			}
-			if err := t.freeBlocks(ext.Remove(0, ^uint64(0), t.extents(in.ino))); err != nil {
+			if err := t.freeBlocks(ext.Remove(0, ^uint64(0), t.extents(in))); err != nil {
 				return err
 			}
 		}

@@ -276,7 +276,7 @@ func (fs *FS) remapRange(src, dst *inode, srcOff, dstOff, n int64, flags remapFl
 			fs.shared.Share(refcount.Range{Start: s.DevBlock, Len: s.Len}, t.refs())
 			shared += s.Len
 		}
-		if err := t.freeBlocks(dm.Remove(dfb, nb, t.extents(dst.ino))); err != nil {
+		if err := t.freeBlocks(dm.Remove(dfb, nb, t.extents(dst))); err != nil {
 			return err
 		}
 		for _, s := range segs {
@@ -284,7 +284,7 @@ func (fs *FS) remapRange(src, dst *inode, srcOff, dstOff, n int64, flags remapFl
 				continue
 			}
 			e := extmap.Extent{FileBlock: dfb + (s.FileBlock - sfb), DevBlock: s.DevBlock, Len: s.Len, State: meta.Written}
-			if err := dm.Insert(e, t.extents(dst.ino)); err != nil {
+			if err := dm.Insert(e, t.extents(dst)); err != nil {
 				return eio(err)
 			}
 		}

@@ -74,7 +74,7 @@ func (in *inode) setSize(size int64, growOnly bool) error {
 	return fs.transact(func(t *txn) error {
 		if size < old {
 			first := uint64(roundUp(size, bs) / bs)
-			if err := t.freeBlocks(m.Remove(first, ^uint64(0)-first, t.extents(in.ino))); err != nil {
+			if err := t.freeBlocks(m.Remove(first, ^uint64(0)-first, t.extents(in))); err != nil {
 				return err
 			}
 		}
@@ -165,7 +165,7 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 		switch {
 		case mode&FallocPunchHole != 0:
 			if full1 > full0 {
-				if err := t.freeBlocks(m.Remove(full0, full1-full0, t.extents(in.ino))); err != nil {
+				if err := t.freeBlocks(m.Remove(full0, full1-full0, t.extents(in))); err != nil {
 					return err
 				}
 			}
@@ -175,11 +175,11 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 				// takes their place): made unwritten, they would be
 				// written in place by the next write.
 				for _, s := range in.sharedSegsLocked(full0, full1-full0) {
-					if err := t.freeBlocks(m.Remove(s.FileBlock, s.Len, t.extents(in.ino))); err != nil {
+					if err := t.freeBlocks(m.Remove(s.FileBlock, s.Len, t.extents(in))); err != nil {
 						return err
 					}
 				}
-				for _, r := range m.Unconvert(full0, full1-full0, t.extents(in.ino)) {
+				for _, r := range m.Unconvert(full0, full1-full0, t.extents(in)) {
 					if err := t.remapped(r); err != nil {
 						return err
 					}
@@ -279,12 +279,12 @@ func (in *inode) shiftRange(collapse bool, off, n int64) error {
 	t0 := now()
 	return fs.transact(func(t *txn) error {
 		if collapse {
-			if err := t.freeBlocks(m.CollapseRange(fb, nb, t.extents(in.ino))); err != nil {
+			if err := t.freeBlocks(m.CollapseRange(fb, nb, t.extents(in))); err != nil {
 				return err
 			}
 			in.attr.Size -= uint64(n)
 		} else {
-			if err := m.InsertRange(fb, nb, t.extents(in.ino)); err != nil {
+			if err := m.InsertRange(fb, nb, t.extents(in)); err != nil {
 				return err
 			}
 			in.attr.Size += uint64(n)
