@@ -13,11 +13,14 @@
 //   - Engine: a sluice.FS on a memdev data device and an in-memory Pebble,
 //     through the engine's path API (NewEngine). It can be remounted.
 //   - Host: a directory of the host kernel, through golang.org/x/sys/unix
-//     *at calls on a descriptor of the root: the oracle (NewHost). A FUSE
-//     test can aim it at a sluice mount point.
+//     *at calls and ioctls on a descriptor of the root: the oracle
+//     (NewHost). A FUSE test can aim it at a sluice mount point.
 //   - Model: maps and byte slices that do what Linux does, in Linux's
 //     order of error checks, for the calls the random sequences make (no
-//     symlinks, xattrs or SEEK_DATA/SEEK_HOLE).
+//     symlinks, xattrs or SEEK_DATA/SEEK_HOLE). The reflink calls are byte
+//     copies and swaps with XFS's argument rules; exchange-range's
+//     FILE1_WRITTEN, which depends on where blocks are written, is not
+//     modelled.
 //
 // Ops (Op, OpKind) are calls with their arguments; a Runner applies them
 // to one Target, keeping open handles in numbered slots, and returns a
@@ -26,12 +29,26 @@
 // deterministic). Tree describes everything reachable from a root the
 // same way.
 //
+// The reflink calls are handle operations on two slots: FICLONE and
+// FICLONERANGE (OpClone, OpCloneRange: the engine's File.Clone and
+// CloneRange), FIDEDUPERANGE with one destination (OpDedupeRange:
+// File.DedupeRange; N is bytes_deduped, and FILE_DEDUPE_RANGE_DIFFERS
+// shows as EBADE, the errno the kernel turns into it) and
+// XFS_IOC_EXCHANGE_RANGE (OpExchangeRange: File.ExchangeRange). Slot is
+// the descriptor the ioctl is issued on (the clone's destination, the
+// dedupe's source, the exchange's file2) and Off its offset; Slot2 and
+// Off2 are the other file's. OpFallocate also takes COLLAPSE_RANGE,
+// INSERT_RANGE and UNSHARE_RANGE.
+//
 // # Tests
 //
 // TestPOSIX is a table of cases (posixCases): setup ops, the call under
 // test with the errno Linux returns, and ops that observe the state after.
 // Each case runs on a fresh engine and on a fresh t.TempDir() of the host;
-// the transcripts, including the final tree, must be equal.
+// the transcripts, including the final tree, must be equal. The cases of
+// the reflink calls (reflinkCases: the rows of the 6.18 XFS probe tables,
+// then copy-on-write through each write path) run their host side on
+// XFS instead (see "The XFS oracle").
 //
 // TestMetamorphic generates seeded random sequences (Generate) with the
 // model in lockstep, so that operations mostly hit existing names and open
@@ -51,6 +68,53 @@
 // -fstest.ops=N sets their length, -fstest.host=false leaves the host
 // out, -fstest.cache=BYTES resizes the tiny cache, -fstest.v logs every
 // operation.
+//
+// Three sequences in four also make reflink calls (about 6% of their
+// operations: GenConfig.ReflinkPerMille), between files and within one,
+// with the model in lockstep, so that copy-on-write meets every write
+// path the sequences take; their host is the XFS of the engine's block
+// size where there is one. The fourth keep the older mix and run on
+// ext4.
+// TestMetamorphicClones runs a dozen more, shorter, with a third of their
+// operations reflink calls.
+//
+// # The XFS oracle
+//
+// ext4, the file system of the host's temporary directory, has no
+// reflink. When the tests run as root and mkfs.xfs is installed (CI
+// installs xfsprogs), the package makes, once per run and on first use,
+// an XFS with reflink and 4 KiB blocks: a 512 MiB sparse image (mkfs.xfs
+// 6.1 refuses under 300 MB), mkfs.xfs -m reflink=1, a loop device, a
+// mount under a temporary directory, torn down by TestMain (xfs_test.go).
+// Each test gets a directory of its own. Without root or mkfs.xfs, the
+// cases and sequences that need XFS log a line and leave the host out,
+// as do the reflink sequences of 64 KiB-block geometries: XFS blocks
+// larger than pages are experimental (Linux 6.12) and can fail with
+// ENOMEM.
+//
+// XFS_IOC_EXCHANGE_RANGE needs the superblock's EXCHRANGE incompat bit,
+// which xfsprogs 6.1 cannot set (mkfs.xfs -i exchange=1 came with 6.10):
+// then the bit is set with xfs_db on the unmounted image. That is sound
+// for an oracle: the kernel implements the feature whole, the bit only
+// lets it run, and no on-disk structure depends on mkfs having set it. A
+// probe exchange on the mount must succeed first; otherwise the file
+// system is made without the bit and exchanges are compared with the
+// model only.
+//
+// XFS departs from the model in these places, which the tests avoid:
+// after an exchange to EOF at different offsets, XFS keeps the written
+// blocks left past a file's new EOF and a later clone past EOF shows their
+// bytes (sluice drops them; POSIX wants zeros), so such sequences are
+// compared with the model only (metaHost); XFS does a block-misaligned
+// O_DIRECT write to a file that ever shared blocks as a buffered write,
+// which ignores O_DIRECT's alignment at a misaligned O_APPEND EOF, so
+// reflink sequences open no file O_DIRECT|O_APPEND; mixing buffered and
+// such O_DIRECT I/O, XFS sometimes loses page-cache coherence (EIO,
+// "Direct I/O collision with buffered writes") or refuses an exchange
+// over a delayed allocation its flush left (EINVAL), after which a
+// sequence's host is no longer compared (xfsArtifact); and XFS refuses to
+// rename over a non-empty directory with EEXIST, which Host reports as
+// ENOTEMPTY (rename(2) allows both).
 //
 // # Known bugs
 //

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"syscall"
 	"time"
 
 	sluice "github.com/sluicefs/sluice"
@@ -41,6 +42,9 @@ type Engine struct {
 	fs    *sluice.FS
 	// past sums the counters of the file systems before the last Remount.
 	past sluice.CounterValues
+	// closed is a closed file: the second file of a reflink call whose
+	// slot was never opened (closedFile).
+	closed *sluice.File
 }
 
 var _ Target = (*Engine)(nil)
@@ -129,7 +133,7 @@ func (e *Engine) Open(path string, flag int, perm uint32) (Handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return engineHandle{f}, nil
+	return engineHandle{f: f, e: e}, nil
 }
 
 // Stat implements Target.
@@ -202,7 +206,10 @@ func (e *Engine) Listxattr(path string) ([]string, error) { return e.fs.Listxatt
 func (e *Engine) Removexattr(path, name string) error { return e.fs.Removexattr(path, name) }
 
 // engineHandle adapts *sluice.File to Handle.
-type engineHandle struct{ f *sluice.File }
+type engineHandle struct {
+	f *sluice.File
+	e *Engine
+}
 
 func (h engineHandle) Pread(p []byte, off int64) (int, error) { return h.f.Pread(p, off, 0) }
 func (h engineHandle) Pwrite(p []byte, off int64) (int, error) {
@@ -228,6 +235,45 @@ func (h engineHandle) Stat() (Stat, error)                       { a, err := h.f
 func (h engineHandle) ReadDir() ([]DirEntry, error) {
 	e, err := h.f.ReadDir()
 	return dirEntriesOf(e), err
+}
+
+func (h engineHandle) Clone(src Handle) error { return h.f.Clone(h.e.fileOf(src)) }
+
+func (h engineHandle) CloneRange(src Handle, srcOff, dstOff, n int64) error {
+	return h.f.CloneRange(h.e.fileOf(src), srcOff, dstOff, n)
+}
+
+// DedupeRange reports sluice.ErrRangesDiffer as EBADE, the kernel's
+// errno for FILE_DEDUPE_RANGE_DIFFERS.
+func (h engineHandle) DedupeRange(srcOff, n int64, dst Handle, dstOff int64) (int64, error) {
+	got, err := h.f.DedupeRange(srcOff, n, h.e.fileOf(dst), dstOff)
+	if errors.Is(err, sluice.ErrRangesDiffer) {
+		err = errors.Join(err, syscall.EBADE)
+	}
+	return got, err
+}
+
+func (h engineHandle) ExchangeRange(file1 Handle, off1, off2, n int64, flags uint64) error {
+	return h.f.ExchangeRange(h.e.fileOf(file1), off1, off2, n, flags)
+}
+
+// fileOf returns the engine file of h, or a closed one if h is not an
+// engine handle (a slot never opened).
+func (e *Engine) fileOf(h Handle) *sluice.File {
+	if eh, ok := h.(engineHandle); ok {
+		return eh.f
+	}
+	if e.closed == nil {
+		// A closed file fails every call with EBADF, whichever file
+		// system it came from.
+		f, err := e.fs.OpenFile("/", sluice.O_RDONLY, 0)
+		if err != nil {
+			panic(fmt.Sprintf("fstest: opening the root: %v", err))
+		}
+		_ = f.Close()
+		e.closed = f
+	}
+	return e.closed
 }
 
 func statOfAttr(a sluice.Attr) Stat {

@@ -31,6 +31,13 @@ type GenConfig struct {
 	// length is drawn up to MaxIOBytes (the others are under 12 KiB). The
 	// default value is 20.
 	LargeIOPct int
+	// ReflinkPerMille is the share, in thousandths, of operations that
+	// are reflink calls (FICLONE, FICLONERANGE, FIDEDUPERANGE,
+	// XFS_IOC_EXCHANGE_RANGE without FILE1_WRITTEN) or the fallocate
+	// modes that move or unshare blocks (COLLAPSE_RANGE, INSERT_RANGE,
+	// UNSHARE_RANGE). The default value is 0: none, and a seed gives the
+	// sequence it gave before these calls were generated.
+	ReflinkPerMille int
 	// Skip, if set, is asked about every candidate operation with the model
 	// in the state the operation would see; a non-empty answer (the ID of a
 	// known engine bug it would trigger) drops the candidate, and Generate
@@ -80,6 +87,45 @@ type Generator struct {
 	run   *Runner
 	// Skipped counts the candidates dropped by cfg.Skip, per answer.
 	Skipped map[string]int
+	// unsynced holds the files written since their last fsync,
+	// fdatasync or remount (Unsynced).
+	unsynced map[*mnode]bool
+}
+
+// Unsynced reports whether the file open in slot may have dirty pages: it
+// was written (buffered), truncated or fallocated since its last fsync,
+// fdatasync or remount.
+func (g *Generator) Unsynced(slot int) bool {
+	h := g.slot(slot)
+	return h != nil && g.unsynced[h.n]
+}
+
+// noteSync keeps unsynced up to date after op gave res.
+func (g *Generator) noteSync(op Op, res Result) {
+	if res.Errno != 0 {
+		return
+	}
+	h := g.slot(op.Slot)
+	switch op.Kind {
+	case OpPwrite, OpWrite:
+		if h != nil && h.flags&syscall.O_DIRECT == 0 && res.N > 0 {
+			g.unsynced[h.n] = true
+		}
+	case OpFtruncate, OpFallocate:
+		if h != nil {
+			g.unsynced[h.n] = true
+		}
+	case OpTruncate:
+		if n, err := g.Model.lookup(op.Path); err == nil {
+			g.unsynced[n] = true
+		}
+	case OpFsync, OpFdatasync:
+		if h != nil {
+			delete(g.unsynced, h.n)
+		}
+	case OpRemount:
+		clear(g.unsynced)
+	}
 }
 
 // names are the components of generated paths: at most three levels of
@@ -90,13 +136,14 @@ var names = []string{"a", "b", "c"}
 // step.
 func Generate(seed uint64, cfg GenConfig) ([]Step, *Generator) {
 	cfg.ensureDefaults()
-	m := NewModel(cfg.DirectAlign)
+	m := NewModel(cfg.DirectAlign, cfg.BlockSize)
 	g := &Generator{
-		cfg:     cfg,
-		rng:     rand.New(rand.NewPCG(seed, 0x5eed)),
-		Model:   m,
-		run:     NewRunner(m),
-		Skipped: map[string]int{},
+		cfg:      cfg,
+		rng:      rand.New(rand.NewPCG(seed, 0x5eed)),
+		Model:    m,
+		run:      NewRunner(m),
+		Skipped:  map[string]int{},
+		unsynced: map[*mnode]bool{},
 	}
 	var steps []Step
 	for tries := 0; len(steps) < cfg.Ops && tries < 100*cfg.Ops; tries++ {
@@ -107,7 +154,9 @@ func Generate(seed uint64, cfg GenConfig) ([]Step, *Generator) {
 				continue
 			}
 		}
-		steps = append(steps, Step{op, g.run.Apply(op)})
+		res := g.run.Apply(op)
+		g.noteSync(op, res)
+		steps = append(steps, Step{op, res})
 	}
 	return steps, g
 }
@@ -284,6 +333,9 @@ func (g *Generator) alignIO(off, n int64, write bool) (int64, int64) {
 
 // next returns a candidate operation.
 func (g *Generator) next() Op {
+	if g.cfg.ReflinkPerMille > 0 && g.intn(1000) < g.cfg.ReflinkPerMille {
+		return g.genReflink()
+	}
 	seed := byte(1 + g.intn(255))
 	switch r := g.intn(1000); {
 	case r < 110:
@@ -419,6 +471,268 @@ func (g *Generator) next() Op {
 	}
 }
 
+// genReflink returns a reflink call or a fallocate that moves or unshares
+// blocks. Arguments mostly follow the rules (block-aligned offsets within
+// EOF, lengths of whole blocks or up to EOF), so that most calls share,
+// swap or move something, and sometimes break one. The second file is
+// often the first one (through the same or another handle): a clone or
+// exchange within one file. With no handle fit for the call, it opens
+// one instead.
+func (g *Generator) genReflink() Op {
+	bs := g.cfg.BlockSize
+	reg := func(h *modelHandle) bool { return h.n.isReg() }
+	writable := func(h *modelHandle) bool { return h.writable() && h.n.isReg() && h.flags&syscall.O_APPEND == 0 }
+	readable := func(h *modelHandle) bool { return h.readable() && h.n.isReg() }
+	rdwr := func(h *modelHandle) bool {
+		return h.flags&syscall.O_ACCMODE == syscall.O_RDWR && h.flags&syscall.O_APPEND == 0 && h.n.isReg()
+	}
+	switch r := g.intn(100); {
+	case r < 35:
+		dst, ok := g.reflinkSlot(writable)
+		if !ok {
+			return g.openForReflink()
+		}
+		src := g.partnerSlot(dst, readable)
+		srcSize, dsize := g.fileSize(src), g.fileSize(dst)
+		srcOff := g.remapOff(srcSize)
+		if g.chance(80) {
+			srcOff = min(srcOff, max(srcSize-1, 0)/bs*bs) // within EOF
+		}
+		n := g.remapLen(srcOff, srcSize)
+		dstOff := g.remapOff(dsize)
+		blen := n
+		if n == 0 || srcOff+n == srcSize {
+			blen = roundUpTo(srcSize-srcOff, bs)
+		}
+		switch {
+		case g.chance(10):
+			dstOff = roundUpTo(dsize, bs) + g.rng.Int64N(3)*bs // past EOF
+		case g.slot(src) != nil && g.slot(dst) != nil && g.slot(src).n == g.slot(dst).n && g.chance(70):
+			// Within one file: clear of the source range.
+			if g.chance(50) && srcOff >= blen {
+				dstOff = g.rng.Int64N(srcOff/bs-blen/bs+1) * bs
+			} else {
+				dstOff = srcOff + blen + g.rng.Int64N(3)*bs
+			}
+		case blen%bs != 0 || srcOff+blen > srcSize:
+			// A range ending in a partial block must end at or past
+			// the destination's EOF.
+			if g.chance(70) {
+				dstOff = max(dstOff, roundUpTo(max(dsize-(srcSize-srcOff), 0), bs))
+			}
+		}
+		return Op{Kind: OpCloneRange, Slot: dst, Off: dstOff, Slot2: src, Off2: srcOff, Len: n}
+	case r < 40:
+		dst, ok := g.reflinkSlot(writable)
+		if !ok {
+			return g.openForReflink()
+		}
+		return Op{Kind: OpClone, Slot: dst, Slot2: g.partnerSlot(dst, readable)}
+	case r < 60:
+		src, ok := g.reflinkSlot(readable)
+		if !ok {
+			return g.openForReflink()
+		}
+		dst := g.partnerSlot(src, reg)
+		srcSize := g.fileSize(src)
+		srcOff := min(g.remapOff(srcSize), srcSize/bs*bs)
+		n := g.remapLen(srcOff, srcSize)
+		dstOff := g.remapOff(g.fileSize(dst))
+		if dsize := g.fileSize(dst); n > 0 && n <= dsize && g.chance(80) {
+			dstOff = min(dstOff, (dsize-n)/bs*bs) // within EOF
+		}
+		if offs := g.equalRanges(src, srcOff, n, dst); len(offs) > 0 && g.chance(70) {
+			dstOff = offs[g.intn(len(offs))]
+		}
+		return Op{Kind: OpDedupeRange, Slot: src, Off: srcOff, Slot2: dst, Off2: dstOff, Len: n}
+	case r < 75:
+		file2, ok := g.reflinkSlot(rdwr)
+		if !ok {
+			return g.openForReflink()
+		}
+		var flags int
+		if g.chance(25) {
+			flags |= ExchangeToEOF
+		}
+		file1 := g.partnerSlot(file2, rdwr)
+		if h2 := g.slot(file2); h2 != nil && flags&ExchangeToEOF != 0 && g.chance(90) {
+			// Within one file the ranges to EOF overlap.
+			if s, ok := g.reflinkSlot(func(h *modelHandle) bool { return rdwr(h) && h.n != h2.n }); ok {
+				file1 = s
+			}
+		}
+		size1, size2 := g.fileSize(file1), g.fileSize(file2)
+		off1, off2 := min(g.remapOff(size1), size1/bs*bs), min(g.remapOff(size2), size2/bs*bs)
+		if flags&ExchangeToEOF != 0 && g.chance(70) {
+			// The same offset in both, which leaves no data past
+			// either file's new EOF: XFS, the host oracle, can show
+			// such data (metaHost).
+			off1 = min(off1, size1/bs*bs, size2/bs*bs)
+			off2 = off1
+		}
+		var n int64
+		switch rest := min(size1-off1, size2-off2); {
+		case size1-off1 == size2-off2 && g.chance(30):
+			n = rest // to both EOFs, a partial block allowed
+		case rest >= bs && g.chance(90):
+			n = (1 + g.rng.Int64N(rest/bs)) * bs
+		default:
+			n = g.remapLen(off1, size1)
+		}
+		if g.chance(8) {
+			flags |= ExchangeDryRun
+		}
+		if g.chance(5) {
+			flags |= ExchangeDsync
+		}
+		return Op{Kind: OpExchangeRange, Slot: file2, Off: off2, Slot2: file1, Off2: off1, Len: n, Flags: flags}
+	case r < 91:
+		s, ok := g.reflinkSlot(writable)
+		if !ok {
+			return g.openForReflink()
+		}
+		size := g.fileSize(s)
+		mode := 0x08 // COLLAPSE_RANGE
+		if r >= 83 {
+			mode = 0x20 // INSERT_RANGE
+		}
+		off := min(g.remapOff(size), max(size-1, 0)/bs*bs)
+		n := (1 + g.rng.Int64N(3)) * bs
+		switch {
+		case g.chance(5):
+			n = 1 + g.rng.Int64N(2*bs) // misaligned: EINVAL
+		case g.chance(5):
+			off = g.remapOff(size) // at or past EOF: EINVAL
+		case mode == 0x20 && size > g.cfg.MaxFileBytes:
+			mode = 0x08 // keep files from growing without bound
+		}
+		return Op{Kind: OpFallocate, Slot: s, Flags: mode, Off: off, Len: n}
+	default:
+		s, ok := g.reflinkSlot(writable)
+		if !ok {
+			return g.openForReflink()
+		}
+		mode := 0x40 // UNSHARE_RANGE
+		if g.chance(40) {
+			mode |= 0x01 // KEEP_SIZE
+		}
+		return Op{Kind: OpFallocate, Slot: s, Flags: mode, Off: g.offset(g.fileSize(s)), Len: 1 + g.rng.Int64N(2*g.cfg.MaxIOBytes)}
+	}
+}
+
+// reflinkSlot returns an open slot whose handle satisfies want, or
+// (rarely, for the errors) any slot; false if there is no such handle.
+func (g *Generator) reflinkSlot(want func(h *modelHandle) bool) (int, bool) {
+	if g.chance(6) {
+		return g.intn(g.cfg.Slots), true
+	}
+	var c []int
+	for i := range g.cfg.Slots {
+		if h := g.slot(i); h != nil && !h.closed && want(h) {
+			c = append(c, i)
+		}
+	}
+	if len(c) == 0 {
+		return 0, false
+	}
+	return c[g.intn(len(c))], true
+}
+
+// openForReflink opens a file O_RDWR (creating it if need be) into a free
+// slot, or closes a slot if none is free.
+func (g *Generator) openForReflink() Op {
+	s := g.freeSlot()
+	if s < 0 {
+		return Op{Kind: OpClose, Slot: g.intn(g.cfg.Slots)}
+	}
+	flags := syscall.O_RDWR | syscall.O_CREAT
+	if g.chance(30) {
+		flags |= syscall.O_DIRECT
+	}
+	return Op{Kind: OpOpen, Slot: s, Path: g.pickPath(isFile), Flags: flags, Perm: 0o644}
+}
+
+// partnerSlot returns the slot of the second file of a reflink call:
+// often one open on first's file (first itself among them), otherwise
+// one whose handle satisfies want, or (rarely) any.
+func (g *Generator) partnerSlot(first int, want func(h *modelHandle) bool) int {
+	if h := g.slot(first); h != nil && !h.closed && g.chance(35) {
+		var c []int
+		for i := range g.cfg.Slots {
+			if o := g.slot(i); o != nil && !o.closed && o.n == h.n && want(o) {
+				c = append(c, i)
+			}
+		}
+		if len(c) > 0 {
+			return c[g.intn(len(c))]
+		}
+	}
+	s, ok := g.reflinkSlot(want)
+	if !ok {
+		return g.intn(g.cfg.Slots)
+	}
+	return s
+}
+
+// remapOff picks an offset for a reflink call in a file of size bytes:
+// mostly a block boundary within it or at its end, sometimes misaligned.
+func (g *Generator) remapOff(size int64) int64 {
+	bs := g.cfg.BlockSize
+	switch r := g.intn(100); {
+	case r < 4:
+		return g.rng.Int64N(size/bs+1)*bs + 1 + g.rng.Int64N(bs-1)
+	case r < 25:
+		return 0
+	case r < 35:
+		return roundUpTo(size, bs)
+	default:
+		return g.rng.Int64N((size+bs-1)/bs+1) * bs
+	}
+}
+
+// remapLen picks the length of a reflink range from off in a file of size
+// bytes: 0 (to EOF), exactly to EOF (a partial last block), whole blocks
+// (mostly within EOF), or sometimes misaligned.
+func (g *Generator) remapLen(off, size int64) int64 {
+	bs := g.cfg.BlockSize
+	blocks := min(g.cfg.MaxIOBytes/bs, 6)
+	if avail := (size - off) / bs; avail >= 1 && g.chance(80) {
+		blocks = min(blocks, avail)
+	}
+	switch r := g.intn(100); {
+	case r < 12:
+		return 0
+	case r < 37 && size > off:
+		return size - off
+	case r < 92:
+		return (1 + g.rng.Int64N(max(1, blocks))) * bs
+	default:
+		return 1 + g.rng.Int64N(2*bs)
+	}
+}
+
+// equalRanges returns the block-aligned offsets in dst's file where the n
+// bytes at srcOff of src's file are found (none for n == 0), so that a
+// dedupe can share them.
+func (g *Generator) equalRanges(src int, srcOff, n int64, dst int) []int64 {
+	s, d := g.slot(src), g.slot(dst)
+	if s == nil || d == nil || s.closed || d.closed || !s.n.isReg() || !d.n.isReg() {
+		return nil
+	}
+	sd, dd := s.n.data, d.n.data
+	if n == 0 || srcOff < 0 || srcOff+n > int64(len(sd)) {
+		return nil
+	}
+	want := sd[srcOff : srcOff+n]
+	var out []int64
+	for off := int64(0); off+n <= int64(len(dd)); off += g.cfg.BlockSize {
+		if slices.Equal(dd[off:off+n], want) {
+			out = append(out, off)
+		}
+	}
+	return out
+}
+
 // genOpen opens a file (often creating it) or, rarely, a directory, into a
 // free slot; with no free slot it closes one instead.
 func (g *Generator) genOpen() Op {
@@ -452,6 +766,13 @@ func (g *Generator) genOpen() Op {
 	}
 	if flags&syscall.O_CREAT != 0 && g.chance(15) {
 		flags |= syscall.O_EXCL
+	}
+	if g.cfg.ReflinkPerMille > 0 && flags&syscall.O_DIRECT != 0 {
+		// XFS (the oracle of reflink sequences) does a block-misaligned
+		// O_DIRECT write to a file that ever shared blocks as a buffered
+		// write, so that one with O_APPEND ignores O_DIRECT's alignment
+		// at a misaligned EOF (xfs_file_dio_write_unaligned).
+		flags &^= syscall.O_APPEND
 	}
 	return Op{Kind: OpOpen, Slot: s, Path: path, Flags: flags, Perm: []uint32{0o644, 0o600, 0o755}[g.intn(3)]}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -22,7 +23,8 @@ import (
 // confine *at calls), so tests must not do that.
 type Host struct {
 	dir  string
-	root int // O_PATH descriptor of dir
+	root int    // O_PATH descriptor of dir
+	name string // "host/" and the file system type
 }
 
 var _ Target = (*Host)(nil)
@@ -33,14 +35,31 @@ func NewHost(dir string) (*Host, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
-	return &Host{dir: dir, root: fd}, nil
+	name := "host"
+	var st unix.Statfs_t
+	if unix.Fstatfs(fd, &st) == nil {
+		switch st.Type {
+		case unix.XFS_SUPER_MAGIC:
+			name += "/xfs"
+		case unix.EXT4_SUPER_MAGIC:
+			name += "/ext4"
+		case unix.TMPFS_MAGIC:
+			name += "/tmpfs"
+		case unix.FUSE_SUPER_MAGIC:
+			name += "/fuse"
+		default:
+			name += fmt.Sprintf("/%#x", st.Type)
+		}
+	}
+	return &Host{dir: dir, root: fd, name: name}, nil
 }
 
 // Close releases the root descriptor (not the files).
 func (h *Host) Close() error { return unix.Close(h.root) }
 
-// Name implements Target.
-func (h *Host) Name() string { return "host" }
+// Name implements Target: "host/" and the type of the file system, e.g.
+// "host/xfs".
+func (h *Host) Name() string { return h.name }
 
 // rel turns a target path into one relative to the root descriptor.
 func rel(path string) string {
@@ -164,9 +183,15 @@ func (h *Host) Rmdir(path string) error {
 	return pathErr("rmdir", path, unix.Unlinkat(h.root, rel(path), unix.AT_REMOVEDIR))
 }
 
-// Rename implements Target.
+// Rename implements Target. rename(2) lets a file system refuse to
+// replace a non-empty directory with EEXIST or ENOTEMPTY: XFS says EEXIST
+// (xfs_rename), ext4 and sluice ENOTEMPTY, which Rename reports for both.
 func (h *Host) Rename(oldpath, newpath string, flags uint32) error {
-	return linkErr("rename", oldpath, newpath, unix.Renameat2(h.root, rel(oldpath), h.root, rel(newpath), uint(flags)))
+	err := unix.Renameat2(h.root, rel(oldpath), h.root, rel(newpath), uint(flags))
+	if err == unix.EEXIST && flags&unix.RENAME_NOREPLACE == 0 && h.name == "host/xfs" {
+		err = unix.ENOTEMPTY
+	}
+	return linkErr("rename", oldpath, newpath, err)
 }
 
 // Link implements Target.
@@ -339,6 +364,71 @@ func (h *hostHandle) Close() error {
 	err := unix.Close(h.fd)
 	h.fd = -1
 	return pathErr("close", h.name, err)
+}
+
+// fdOf returns the descriptor of h, or -1 (EBADF) if h is not a host
+// handle (a slot never opened) or is closed.
+func fdOf(h Handle) int {
+	if hh, ok := h.(*hostHandle); ok {
+		return hh.fd
+	}
+	return -1
+}
+
+func (h *hostHandle) Clone(src Handle) error {
+	return pathErr("ficlone", h.name, unix.IoctlFileClone(h.fd, fdOf(src)))
+}
+
+func (h *hostHandle) CloneRange(src Handle, srcOff, dstOff, n int64) error {
+	return pathErr("ficlonerange", h.name, unix.IoctlFileCloneRange(h.fd, &unix.FileCloneRange{
+		Src_fd: int64(fdOf(src)), Src_offset: uint64(srcOff), Src_length: uint64(n), Dest_offset: uint64(dstOff),
+	}))
+}
+
+// DedupeRange returns the destination's status as the error: the
+// negative errno, or EBADE for FILE_DEDUPE_RANGE_DIFFERS.
+func (h *hostHandle) DedupeRange(srcOff, n int64, dst Handle, dstOff int64) (int64, error) {
+	r := unix.FileDedupeRange{
+		Src_offset: uint64(srcOff), Src_length: uint64(n),
+		Info: []unix.FileDedupeRangeInfo{{Dest_fd: int64(fdOf(dst)), Dest_offset: uint64(dstOff)}},
+	}
+	if err := unix.IoctlFileDedupeRange(h.fd, &r); err != nil {
+		return 0, pathErr("fideduperange", h.name, err)
+	}
+	var err error
+	switch st := r.Info[0].Status; {
+	case st == unix.FILE_DEDUPE_RANGE_DIFFERS:
+		err = syscall.EBADE
+	case st < 0:
+		err = syscall.Errno(-st)
+	}
+	return int64(r.Info[0].Bytes_deduped), pathErr("fideduperange", h.name, err)
+}
+
+// xfsIocExchangeRange is XFS_IOC_EXCHANGE_RANGE, _IOW('X', 129, struct
+// xfs_exchange_range).
+const xfsIocExchangeRange = 0x40285881
+
+// xfsExchangeRange is struct xfs_exchange_range (xfs_fs.h).
+type xfsExchangeRange struct {
+	file1Fd     int32
+	pad         uint32
+	file1Offset uint64
+	file2Offset uint64
+	length      uint64
+	flags       uint64
+}
+
+func (h *hostHandle) ExchangeRange(file1 Handle, off1, off2, n int64, flags uint64) error {
+	arg := xfsExchangeRange{
+		file1Fd: int32(fdOf(file1)), file1Offset: uint64(off1), file2Offset: uint64(off2), length: uint64(n), flags: flags,
+	}
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(h.fd), xfsIocExchangeRange, uintptr(unsafe.Pointer(&arg)))
+	var err error
+	if e != 0 {
+		err = e
+	}
+	return pathErr("exchange_range", h.name, err)
 }
 
 func statOfUnix(st *unix.Stat_t) Stat {

@@ -10,7 +10,9 @@ func TestMain(m *testing.M) {
 	// Host creates files with perm minus the umask; the engine and the
 	// model apply none.
 	syscall.Umask(0)
-	os.Exit(m.Run())
+	code := m.Run()
+	tearDownXFS() // the XFS oracles tests made (xfsFor)
+	os.Exit(code)
 }
 
 // newTestEngine returns an engine closed at the end of the test.

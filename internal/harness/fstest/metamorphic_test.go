@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,29 +106,68 @@ func policiesFor(seed uint64) []sluice.Policy {
 
 // metamorphicKnownBugs lists the known engine bugs (entries of
 // the issue tracker) that the generator steers around: skip
-// returns true for a candidate op that would trigger the bug. Remove an
-// entry when its bug is fixed.
+// returns true for a candidate op that would trigger the bug, given the
+// generator's state and the sequence's configuration. Remove an entry
+// when its bug is fixed.
 var metamorphicKnownBugs = []struct {
 	id   string
 	what string
-	skip func(g *Generator, op Op) bool
+	skip func(g *Generator, op Op, cfg metaConfig) bool
 }{
-	// None open. Entries looked like this one (B17, fixed):
-	//
-	//	{"B17", "O_DIRECT|O_APPEND pwrite with a misaligned offset argument", func(g *Generator, op Op) bool {
-	//		h := g.slot(op.Slot)
-	//		return op.Kind == OpPwrite && h != nil && !h.closed && h.flags&syscall.O_DIRECT != 0 &&
-	//			h.flags&syscall.O_APPEND != 0 && op.Off%g.Model.DirectAlign != 0
-	//	}},
+	{"B20", "exchange to EOF leaving a file shorter than its range's offset", func(g *Generator, op Op, _ metaConfig) bool {
+		if op.Kind != OpExchangeRange || op.Flags&(ExchangeToEOF|ExchangeDryRun) != ExchangeToEOF {
+			return false
+		}
+		h2, h1 := g.slot(op.Slot), g.slot(op.Slot2)
+		if h1 == nil || h2 == nil || h1.closed || h2.closed {
+			return false
+		}
+		size1, size2 := int64(len(h1.n.data)), int64(len(h2.n.data))
+		return size1 < op.Off || size2 < op.Off2 // file2's new size is size1
+	}},
+	{"B21", "dedupe from a directory", func(g *Generator, op Op, _ metaConfig) bool {
+		h := g.slot(op.Slot)
+		return op.Kind == OpDedupeRange && h != nil && !h.closed && h.n.isDir()
+	}},
+	{"B22", "dedupe of length 0 into a closed file, a directory or a negative offset", func(g *Generator, op Op, _ metaConfig) bool {
+		d := g.slot(op.Slot2)
+		return op.Kind == OpDedupeRange && op.Len == 0 && (d == nil || d.closed || d.n.isDir() || op.Off2 < 0)
+	}},
+	{"B25", "clone within one file of a range ending in a partial EOF block", func(g *Generator, op Op, _ metaConfig) bool {
+		d, s := g.slot(op.Slot), g.slot(op.Slot2)
+		if op.Kind != OpCloneRange || d == nil || s == nil || d.closed || s.closed || d.n != s.n {
+			return false
+		}
+		size := int64(len(s.n.data))
+		return size%g.cfg.BlockSize != 0 && (op.Len == 0 || op.Off2+op.Len == size)
+	}},
+	{"B26", "clone from a file with unsynced writes while the flusher runs every few milliseconds", func(g *Generator, op Op, cfg metaConfig) bool {
+		return cfg.fastFlusher && (op.Kind == OpClone || op.Kind == OpCloneRange) && g.Unsynced(op.Slot2)
+	}},
+	{"B27", "exchange to EOF at different offsets of files whose sizes are not whole blocks", func(g *Generator, op Op, _ metaConfig) bool {
+		if op.Kind != OpExchangeRange || op.Flags&(ExchangeToEOF|ExchangeDryRun) != ExchangeToEOF || op.Off == op.Off2 {
+			return false
+		}
+		h2, h1 := g.slot(op.Slot), g.slot(op.Slot2)
+		if h1 == nil || h2 == nil || h1.closed || h2.closed {
+			return false
+		}
+		bs := g.cfg.BlockSize
+		return int64(len(h1.n.data))%bs != 0 || int64(len(h2.n.data))%bs != 0
+	}},
 }
 
-func skipKnownBugs(g *Generator, op Op) string {
-	for _, b := range metamorphicKnownBugs {
-		if b.skip(g, op) {
-			return b.id
+// skipKnownBugs returns the Skip function of a sequence in configuration
+// cfg: the ID of the known bug an op would trigger, or "".
+func skipKnownBugs(cfg metaConfig) func(g *Generator, op Op) string {
+	return func(g *Generator, op Op) string {
+		for _, b := range metamorphicKnownBugs {
+			if b.skip(g, op, cfg) {
+				return b.id
+			}
 		}
+		return ""
 	}
-	return ""
 }
 
 // TestMetamorphic generates seeded random operation sequences and runs
@@ -136,12 +176,48 @@ func skipKnownBugs(g *Generator, op Op) string {
 // (for 512 B-aligned geometries) on the host kernel. Every operation's
 // result must be the same everywhere; at the end the trees must be equal,
 // the engine's consistency check clean, and the trees the same again after
-// a clean remount.
+// a clean remount. Three sequences in four also make reflink calls
+// (reflinkPerMille) and run on the host's XFS; the fourth keep the
+// older mix and run on ext4.
 //
 //	go test ./internal/harness/fstest -run TestMetamorphic -fstest.seed=N -v  # replay one
 //	go test ./internal/harness/fstest -run TestMetamorphic -fstest.n=500      # more
 //	go test ./internal/harness/fstest -run TestMetamorphic -fstest.first=1000 # others
 func TestMetamorphic(t *testing.T) {
+	runSequences(t, ciSequences, 10, 100, func(seed uint64) int {
+		if seed%4 == 2 {
+			return 0
+		}
+		return reflinkPerMille
+	})
+}
+
+// TestMetamorphicClones is TestMetamorphic with a third of the operations
+// reflink calls (clonesPerMille): copy-on-write, shared blocks moved by
+// collapse, insert and exchange, dedupe of what clones made equal, all
+// through every write path the sequences use.
+func TestMetamorphicClones(t *testing.T) {
+	runSequences(t, cloneSequences, 6, cloneOpsPct, func(uint64) int { return clonesPerMille })
+}
+
+const (
+	// reflinkPerMille is TestMetamorphic's share of reflink calls
+	// (GenConfig.ReflinkPerMille).
+	reflinkPerMille = 60
+	// cloneSequences, cloneOpsPct and clonesPerMille are
+	// TestMetamorphicClones's number of sequences, their length in
+	// percent of the configuration's, and its share of reflink calls:
+	// about 6 s with -race on two idle CPUs.
+	cloneSequences = 12
+	cloneOpsPct    = 50
+	clonesPerMille = 330
+)
+
+// runSequences runs the seeds the flags choose (ci of them by default,
+// short with -short) as parallel subtests, opsPct percent as long as
+// their configuration says; perMille gives a seed's
+// GenConfig.ReflinkPerMille.
+func runSequences(t *testing.T, ci, short, opsPct int, perMille func(seed uint64) int) {
 	var seeds []uint64
 	switch {
 	case *flagSeed != 0:
@@ -149,9 +225,9 @@ func TestMetamorphic(t *testing.T) {
 	default:
 		n := *flagN
 		if n == 0 {
-			n = ciSequences
+			n = ci
 			if testing.Short() {
-				n = 10
+				n = short
 			}
 		}
 		for i := range n {
@@ -164,22 +240,23 @@ func TestMetamorphic(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			runSequence(t, seed)
+			runSequence(t, seed, opsPct, perMille(seed))
 		})
 	}
 }
 
-func runSequence(t *testing.T, seed uint64) {
+func runSequence(t *testing.T, seed uint64, opsPct, reflink int) {
 	cfg := configFor(seed)
-	ops := cfg.ops
+	ops := cfg.ops * opsPct / 100
 	if *flagOps != 0 {
 		ops = *flagOps
 	}
 	steps, g := Generate(seed, GenConfig{
 		Ops: ops, MaxFileBytes: cfg.fileBytes, MaxIOBytes: cfg.ioBytes, LargeIOPct: cfg.largeIOPct,
-		BlockSize: int64(cfg.blockSize), DirectAlign: int64(cfg.ioUnit), Skip: skipKnownBugs,
+		BlockSize: int64(cfg.blockSize), DirectAlign: int64(cfg.ioUnit), ReflinkPerMille: reflink, Skip: skipKnownBugs(cfg),
 	})
-	replay := fmt.Sprintf("replay: go test ./internal/harness/fstest -run 'TestMetamorphic/seed=%d$' -fstest.seed=%d -v", seed, seed)
+	test, _, _ := strings.Cut(t.Name(), "/")
+	replay := fmt.Sprintf("replay: go test ./internal/harness/fstest -run '%s/seed=%d$' -fstest.seed=%d -v", test, seed, seed)
 	if *flagV {
 		for i, s := range steps {
 			t.Logf("%4d %v -> %v", i, s.Op, s.Result)
@@ -207,7 +284,12 @@ func runSequence(t *testing.T, seed uint64) {
 		targets = append(targets, e)
 	}
 	if cfg.host && *flagHost {
-		targets = append(targets, newTestHost(t))
+		host, why := metaHost(t, steps, int64(cfg.blockSize))
+		if host != nil {
+			targets = append(targets, host)
+		} else {
+			t.Logf("host not compared: %s", why)
+		}
 	}
 	// The targets run side by side: each has its own state, and the host
 	// and the engines' syncs wait more than they compute.
@@ -228,6 +310,24 @@ func runSequence(t *testing.T, seed uint64) {
 	}
 }
 
+// metaHost returns the host target of a sequence (hostFor: ext4 unless it
+// makes reflink calls, then the XFS of its block size), or nil and why
+// there is none. XFS is no oracle after an exchange to EOF at different
+// offsets: it keeps the written blocks such an exchange leaves past a
+// file's new EOF, and a later clone past EOF shows their bytes where
+// POSIX (and the model, and sluice, which drops the blocks) has zeros.
+func metaHost(t *testing.T, steps []Step, bs int64) (Target, string) {
+	ops := make([]Op, len(steps))
+	for i, s := range steps {
+		ops[i] = s.Op
+		if op := s.Op; op.Kind == OpExchangeRange && op.Flags&(ExchangeToEOF|ExchangeDryRun) == ExchangeToEOF &&
+			op.Off != op.Off2 && s.Result.Errno == 0 {
+			return nil, fmt.Sprintf("op %d exchanges to EOF at different offsets (XFS may show what it leaves past EOF)", i)
+		}
+	}
+	return hostFor(t, ops, bs)
+}
+
 // runOn applies steps to tg, compares each result and the final tree with
 // the model's, and reports whether all matched.
 func runOn(t *testing.T, tg Target, steps []Step, modelTree []string) bool {
@@ -237,6 +337,11 @@ func runOn(t *testing.T, tg Target, steps []Step, modelTree []string) bool {
 		got := r.Apply(s.Op)
 		if got.String() == s.Result.String() {
 			continue
+		}
+		if why := xfsArtifact(tg, s, got); why != "" {
+			r.CloseAll()
+			t.Logf("%s: not compared from op %d (%v -> %v, model %v): %s", tg.Name(), i, s.Op, got, s.Result, why)
+			return true
 		}
 		var sb strings.Builder
 		for j := max(0, i-40); j < i; j++ {
@@ -272,6 +377,28 @@ func runOn(t *testing.T, tg Target, steps []Step, modelTree []string) bool {
 		}
 	}
 	return true
+}
+
+// xfsArtifact says why the XFS host's result got for step s is an
+// artifact of XFS's implementation rather than an answer the model (or
+// sluice) should give, or returns "". Two are known, both in sequences
+// that mix buffered and O_DIRECT I/O on files that share blocks (XFS does
+// block-misaligned O_DIRECT writes to such files as buffered writes):
+// an EIO from the kernel's "Direct I/O collision with buffered writes"
+// (dio_warn_stale_pagecache: the page cache could not be kept coherent),
+// and EXCHANGE_RANGE's EINVAL for a delayed-allocation reservation left
+// in the range after its flush (xfs_exchmaps refuses to move one).
+func xfsArtifact(tg Target, s Step, got Result) string {
+	if h, ok := tg.(*Host); !ok || h.Name() != "host/xfs" {
+		return ""
+	}
+	switch {
+	case got.Errno == syscall.EIO && s.Result.Errno != syscall.EIO:
+		return "EIO: XFS lost page-cache coherence between buffered and O_DIRECT I/O (dmesg: Direct I/O collision with buffered writes)"
+	case s.Op.Kind == OpExchangeRange && got.Errno == syscall.EINVAL && s.Result.Errno == 0:
+		return "XFS refuses to exchange a delayed-allocation reservation its flush left in the range"
+	}
+	return ""
 }
 
 func sameTree(t *testing.T, tg Target, when string, want []string) bool {

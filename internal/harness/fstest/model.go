@@ -1,6 +1,7 @@
 package fstest
 
 import (
+	"bytes"
 	"sort"
 	"strings"
 	"syscall"
@@ -11,13 +12,21 @@ import (
 // does what Linux does for the calls the metamorphic test makes, including
 // the order in which Linux checks for errors. It has no blocks: holes and
 // allocated-but-unwritten ranges are simply zeros, and SEEK_DATA/SEEK_HOLE,
-// symlinks and xattrs are not modelled (ENOSYS).
+// symlinks and xattrs are not modelled (ENOSYS). The reflink calls are
+// byte copies and swaps with XFS's argument rules (BlockSize is their
+// alignment). Nothing lies past a file's EOF: what an extension exposes
+// reads as zeros, whatever a clone or an exchange left there.
+// Exchange-range's FILE1_WRITTEN, which depends on where file1 has
+// written blocks, is not modelled (ENOSYS).
 type Model struct {
 	// DirectAlign is the alignment of O_DIRECT offsets and lengths (the
 	// device's I/O unit).
 	DirectAlign int64
-	root        *mnode
-	nextIno     uint64
+	// BlockSize is the file system's block size: the alignment of the
+	// reflink calls, COLLAPSE_RANGE and INSERT_RANGE.
+	BlockSize int64
+	root      *mnode
+	nextIno   uint64
 }
 
 // mnode is a model inode.
@@ -39,9 +48,9 @@ func (n *mnode) isReg() bool { return n.mode&syscall.S_IFMT == syscall.S_IFREG }
 var _ Target = (*Model)(nil)
 
 // NewModel returns an empty model (a root directory) whose O_DIRECT
-// alignment is directAlign bytes.
-func NewModel(directAlign int64) *Model {
-	m := &Model{DirectAlign: directAlign, nextIno: 2}
+// alignment is directAlign bytes and whose block size is blockSize bytes.
+func NewModel(directAlign, blockSize int64) *Model {
+	m := &Model{DirectAlign: directAlign, BlockSize: blockSize, nextIno: 2}
 	m.root = &mnode{ino: 1, mode: syscall.S_IFDIR | 0o755, nlink: 2, kids: map[string]*mnode{}}
 	return m
 }
@@ -582,30 +591,329 @@ func (h *modelHandle) Truncate(size int64) error {
 
 // Fallocate follows vfs_fallocate's order: EBADF for a closed descriptor,
 // EINVAL for the range, EOPNOTSUPP for the mode, EBADF for a descriptor
-// not open for writing.
+// not open for writing, EFBIG past the largest size; then
+// xfs_file_fallocate's rules for COLLAPSE_RANGE and INSERT_RANGE.
+// UNSHARE_RANGE changes no byte: it is mode 0 (allocate, and extend
+// without KEEP_SIZE).
 func (h *modelHandle) Fallocate(mode uint32, off, n int64) error {
-	const keep, punch, zero = 0x01, 0x02, 0x10
+	const keep, punch, collapse, zero, insert, unshare = 0x01, 0x02, 0x08, 0x10, 0x20, 0x40
 	switch {
 	case h.closed:
 		return syscall.EBADF
 	case off < 0 || n <= 0:
 		return syscall.EINVAL
-	case mode&^(keep|punch|zero) != 0,
-		mode&punch != 0 && mode&zero != 0,
-		mode&punch != 0 && mode&keep == 0:
+	}
+	switch mode &^ keep {
+	case 0, zero, unshare:
+	case punch:
+		if mode&keep == 0 {
+			return syscall.EOPNOTSUPP
+		}
+	case collapse, insert:
+		if mode&keep != 0 {
+			return syscall.EOPNOTSUPP
+		}
+	default:
 		return syscall.EOPNOTSUPP
+	}
+	switch {
 	case !h.writable():
 		return syscall.EBADF
 	case h.n.isDir():
 		return syscall.EISDIR
+	case off > maxBytes-n:
+		return syscall.EFBIG
 	}
 	end := off + n
 	size := int64(len(h.n.data))
+	bs := h.m.BlockSize
+	switch mode &^ keep {
+	case collapse:
+		// xfs_falloc_collapse_range: reaching EOF would be a truncate.
+		switch {
+		case off%bs != 0 || n%bs != 0:
+			return syscall.EINVAL
+		case end >= size:
+			return syscall.EINVAL
+		}
+		h.n.data = append(h.n.data[:off:off], h.n.data[end:]...)
+		return nil
+	case insert:
+		// xfs_falloc_insert_range.
+		switch {
+		case off%bs != 0 || n%bs != 0:
+			return syscall.EINVAL
+		case maxBytes-size < n:
+			return syscall.EFBIG
+		case off >= size:
+			return syscall.EINVAL
+		}
+		data := make([]byte, size+n)
+		copy(data, h.n.data[:off])
+		copy(data[end:], h.n.data[off:])
+		h.n.data = data
+		return nil
+	}
 	if mode&(punch|zero) != 0 && off < size {
 		clear(h.n.data[off:min(end, size)])
 	}
 	if mode&keep == 0 && end > size {
 		h.n.setSize(end)
+	}
+	return nil
+}
+
+// maxBytes is the largest file size (s_maxbytes, MAX_LFS_FILESIZE).
+const maxBytes = 1<<63 - 1
+
+// asModel returns the model handle h, or a closed one if h is none (a slot
+// never opened).
+func asModel(h Handle) *modelHandle {
+	if mh, ok := h.(*modelHandle); ok {
+		return mh
+	}
+	return &modelHandle{closed: true}
+}
+
+// verifyArea is remap_verify_area's range check: no negative offset or
+// length, and no overflow of their sum.
+func verifyArea(off, n int64) bool { return off >= 0 && n >= 0 && off <= maxBytes-n }
+
+func roundUpTo(x, a int64) int64 { return (x + a - 1) / a * a }
+
+// Clone is ioctl_file_clone with no range: CloneRange(src, 0, 0, 0).
+func (h *modelHandle) Clone(src Handle) error { return h.CloneRange(src, 0, 0, 0) }
+
+// CloneRange follows vfs_clone_file_range on XFS: EBADF for a closed
+// descriptor; generic_file_rw_checks (EISDIR, EINVAL for a file that is
+// not regular, EBADF unless src is readable and the destination writable
+// and not O_APPEND); remap_verify_area for each file (EINVAL); then
+// remapPrep. The bytes are copied, and the destination grows to
+// dstOff+n if it is shorter.
+func (h *modelHandle) CloneRange(src Handle, srcOff, dstOff, n int64) error {
+	s := asModel(src)
+	switch {
+	case h.closed || s.closed:
+		return syscall.EBADF
+	case s.n.isDir() || h.n.isDir():
+		return syscall.EISDIR
+	case !s.n.isReg() || !h.n.isReg():
+		return syscall.EINVAL
+	case !s.readable() || !h.writable() || h.flags&syscall.O_APPEND != 0:
+		return syscall.EBADF
+	case !verifyArea(srcOff, n) || !verifyArea(dstOff, n):
+		return syscall.EINVAL
+	}
+	n, err := h.m.remapPrep(s.n, h.n, srcOff, dstOff, n, false)
+	if err != nil || n == 0 {
+		return err
+	}
+	data := append([]byte(nil), s.n.data[srcOff:srcOff+n]...)
+	if end := dstOff + n; end > int64(len(h.n.data)) {
+		h.n.setSize(end)
+	}
+	copy(h.n.data[dstOff:], data)
+	return nil
+}
+
+// remapPrep applies __generic_remap_file_range_prep's checks after the
+// file types, in their order (generic_remap_checks, the dedupe compare,
+// generic_remap_check_len), and returns the length to remap (0: nothing
+// to do). A clone may not shorten the range (EINVAL); a dedupe may
+// (REMAP_FILE_CAN_SHORTEN), and answers EBADE if the bytes differ.
+func (m *Model) remapPrep(src, dst *mnode, srcOff, dstOff, n int64, dedupe bool) (int64, error) {
+	bs := m.BlockSize
+	ssize, dsize := int64(len(src.data)), int64(len(dst.data))
+	// Zero length: a dedupe does nothing, a clone goes to EOF.
+	if n == 0 {
+		switch {
+		case dedupe || srcOff == ssize:
+			return 0, nil
+		case srcOff > ssize:
+			return 0, syscall.EINVAL
+		}
+		n = ssize - srcOff
+	}
+	switch {
+	case srcOff%bs != 0 || dstOff%bs != 0:
+		return 0, syscall.EINVAL
+	case dedupe && (srcOff >= ssize || srcOff+n > ssize || dstOff >= dsize || dstOff+n > dsize):
+		return 0, syscall.EINVAL
+	case srcOff >= ssize:
+		return 0, syscall.EINVAL
+	case dstOff >= maxBytes: // generic_write_check_limits
+		return 0, syscall.EFBIG
+	}
+	count := min(n, ssize-srcOff, maxBytes-dstOff)
+	// The EOF rule: a range that ends at the source's EOF (and, for a
+	// dedupe, at the destination's) takes its partial last block whole;
+	// any other is cut to whole blocks.
+	var bcount int64
+	if srcOff+count == ssize && (!dedupe || dstOff+count == dsize) {
+		bcount = roundUpTo(ssize, bs) - srcOff
+	} else {
+		count = count / bs * bs
+		bcount = count
+	}
+	switch {
+	case src == dst && dstOff+bcount > srcOff && dstOff < srcOff+bcount:
+		return 0, syscall.EINVAL
+	case count != n && !dedupe:
+		return 0, syscall.EINVAL
+	case count == 0:
+		return 0, nil
+	case dedupe && !bytes.Equal(src.data[srcOff:srcOff+count], dst.data[dstOff:dstOff+count]):
+		return 0, syscall.EBADE
+	}
+	// generic_remap_check_len: a partial last block may only land at or
+	// past the destination's EOF.
+	if count%bs != 0 && dstOff+count < dsize {
+		if !dedupe {
+			return 0, syscall.EINVAL
+		}
+		count = count / bs * bs
+	}
+	return count, nil
+}
+
+// DedupeRange follows vfs_dedupe_file_range with one destination: for the
+// source EBADF, EINVAL unless it is open for reading, EISDIR, EINVAL for
+// the range (remap_verify_area, past EOF); the length cut to 1 GiB; then,
+// for the destination (vfs_dedupe_file_range_one), EBADF, EINVAL for the
+// range, EISDIR, success for length 0, then remapPrep. No byte changes;
+// bytes_deduped is the length asked for (as cut), not the part shared.
+func (h *modelHandle) DedupeRange(srcOff, n int64, dst Handle, dstOff int64) (int64, error) {
+	d := asModel(dst)
+	switch {
+	case h.closed:
+		return 0, syscall.EBADF
+	case !h.readable():
+		return 0, syscall.EINVAL
+	case h.n.isDir():
+		return 0, syscall.EISDIR
+	case !h.n.isReg():
+		return 0, syscall.EINVAL
+	case !verifyArea(srcOff, n) || srcOff+n > int64(len(h.n.data)):
+		return 0, syscall.EINVAL
+	}
+	n = min(n, 1<<30)
+	switch {
+	case d.closed:
+		return 0, syscall.EBADF
+	case !verifyArea(dstOff, n):
+		return 0, syscall.EINVAL
+	case d.n.isDir():
+		return 0, syscall.EISDIR
+	case n == 0:
+		return 0, nil
+	case !d.n.isReg():
+		return 0, syscall.EINVAL
+	}
+	if _, err := h.m.remapPrep(h.n, d.n, srcOff, dstOff, n, true); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// ExchangeRange follows xfs_ioc_exchange_range and
+// xfs_exchange_range_checks: EBADF for a closed file2 (the handle), EINVAL
+// for unknown flags, EBADF for a closed file1, EISDIR, EINVAL for a file
+// that is not regular, EBADF unless both are open O_RDWR without
+// O_APPEND, EINVAL for the ranges (negative or overflowing unless
+// TO_EOF, an offset past EOF, misaligned offsets, a range past EOF
+// without TO_EOF, a partial block not at EOF, overlap within one file).
+// TO_EOF takes the longer of the two ranges to EOF and swaps the sizes
+// literally (the bytes past a file's new EOF go). Whole blocks are
+// exchanged, so a partial last block carries the zeros past EOF with it.
+func (h *modelHandle) ExchangeRange(file1 Handle, off1, off2, n int64, flags uint64) error {
+	const toEOF, dryRun, file1Written = ExchangeToEOF, ExchangeDryRun, ExchangeFile1Written
+	f1 := asModel(file1)
+	rdwr := func(x *modelHandle) bool {
+		return x.flags&syscall.O_ACCMODE == syscall.O_RDWR && x.flags&syscall.O_APPEND == 0
+	}
+	switch {
+	case h.closed:
+		return syscall.EBADF
+	case flags&^0xf != 0:
+		return syscall.EINVAL
+	case f1.closed:
+		return syscall.EBADF
+	case f1.n.isDir() || h.n.isDir():
+		return syscall.EISDIR
+	case !f1.n.isReg() || !h.n.isReg():
+		return syscall.EINVAL
+	case !rdwr(f1) || !rdwr(h):
+		return syscall.EBADF
+	case flags&toEOF == 0 && (!verifyArea(off1, n) || !verifyArea(off2, n)):
+		return syscall.EINVAL
+	}
+	n1, n2 := f1.n, h.n
+	bs := h.m.BlockSize
+	size1, size2 := int64(len(n1.data)), int64(len(n2.data))
+	if off1 > size1 || off2 > size2 {
+		return syscall.EINVAL
+	}
+	if flags&toEOF != 0 {
+		n = max(size1-off1, size2-off2)
+		if !verifyArea(off1, n) || !verifyArea(off2, n) {
+			return syscall.EINVAL
+		}
+	}
+	switch {
+	case off1%bs != 0 || off2%bs != 0:
+		return syscall.EINVAL
+	case off1 > maxBytes-n || off2 > maxBytes-n:
+		return syscall.EINVAL
+	case flags&toEOF == 0 && (off1+n > size1 || off2+n > size2):
+		return syscall.EINVAL
+	}
+	var blen int64
+	switch {
+	case off1+n == size1:
+		blen = roundUpTo(size1, bs) - off1
+	case off2+n == size2:
+		blen = roundUpTo(size2, bs) - off2
+	case n%bs != 0:
+		return syscall.EINVAL
+	default:
+		blen = n
+	}
+	switch {
+	case n1 == n2 && off2+blen > off1 && off1+blen > off2:
+		return syscall.EINVAL
+	case n%bs != 0 && (off2+n < size2 || off1+n < size1):
+		return syscall.EINVAL
+	case flags&dryRun != 0:
+		return nil
+	case flags&file1Written != 0:
+		return syscall.ENOSYS
+	}
+	// Whole blocks change places: blen is n rounded up to a block.
+	grow := func(d []byte, size int64) []byte {
+		out := make([]byte, max(int64(len(d)), size))
+		copy(out, d)
+		return out
+	}
+	a := grow(n1.data, off1+blen)
+	b := a
+	if n2 != n1 {
+		b = grow(n2.data, off2+blen)
+	} else {
+		a = grow(a, off2+blen)
+		b = a
+	}
+	tmp := append([]byte(nil), a[off1:off1+blen]...)
+	copy(a[off1:], b[off2:off2+blen])
+	copy(b[off2:], tmp)
+	new1, new2 := size1, size2
+	if flags&toEOF != 0 {
+		new1, new2 = size2, size1
+	}
+	n1.data = a
+	n1.setSize(new1)
+	if n2 != n1 {
+		n2.data = b
+		n2.setSize(new2)
 	}
 	return nil
 }

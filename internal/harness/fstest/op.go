@@ -49,6 +49,12 @@ const (
 	OpListxattr                 // Listxattr(Path)
 	OpRemovexattr               // Removexattr(Path, Name)
 	OpRemount                   // close every handle, then Remount if the target can
+	// The reflink calls name a second slot (Op.Slot2) and give it Off2;
+	// Slot is the descriptor the ioctl is issued on.
+	OpClone         // FICLONE on Slot (the destination) from Slot2
+	OpCloneRange    // FICLONERANGE: Slot2's [Off2, Off2+Len) into Slot at Off
+	OpDedupeRange   // FIDEDUPERANGE: Slot's [Off, Off+Len) into Slot2 at Off2
+	OpExchangeRange // XFS_IOC_EXCHANGE_RANGE on Slot (file2, at Off) with Slot2 (file1, at Off2), Flags
 	numOpKinds
 )
 
@@ -57,6 +63,7 @@ var opNames = [numOpKinds]string{
 	"fsync", "fdatasync", "fstat", "freaddir", "stat", "lstat", "mkdir", "readdir", "unlink",
 	"rmdir", "rename", "link", "symlink", "readlink", "chmod", "chown", "utimes", "truncate",
 	"getxattr", "setxattr", "listxattr", "removexattr", "remount",
+	"clone", "clonerange", "dedupe", "exchange",
 }
 
 func (k OpKind) String() string {
@@ -69,16 +76,20 @@ func (k OpKind) String() string {
 // Op is one call with its arguments. Which fields matter depends on Kind
 // (see the OpKind constants).
 type Op struct {
-	Kind  OpKind
-	Slot  int
+	Kind OpKind
+	Slot int
+	// Slot2 is the other file of a reflink call.
+	Slot2 int
 	Path  string
 	Path2 string
-	// Flags: open flags, rename flags, fallocate mode, xattr flags or
-	// seek whence.
+	// Flags: open flags, rename flags, fallocate mode, xattr flags,
+	// seek whence or exchange-range flags.
 	Flags int
 	Perm  uint32
 	Off   int64
-	Len   int64
+	// Off2 is the offset in Slot2's file.
+	Off2 int64
+	Len  int64
 	// Seed selects the bytes written (see Pattern).
 	Seed byte
 	// Misalign offsets the I/O buffer this many bytes from the 4 KiB
@@ -133,6 +144,14 @@ func (op Op) String() string {
 		fmt.Fprintf(&b, " %q %q", op.Path, op.Name)
 	case OpSetxattr:
 		fmt.Fprintf(&b, " %q %q %q flags=%d", op.Path, op.Name, op.Value, op.Flags)
+	case OpClone:
+		fmt.Fprintf(&b, " h%d <- h%d", op.Slot, op.Slot2)
+	case OpCloneRange:
+		fmt.Fprintf(&b, " h%d off=%d <- h%d off=%d len=%d", op.Slot, op.Off, op.Slot2, op.Off2, op.Len)
+	case OpDedupeRange:
+		fmt.Fprintf(&b, " h%d off=%d -> h%d off=%d len=%d", op.Slot, op.Off, op.Slot2, op.Off2, op.Len)
+	case OpExchangeRange:
+		fmt.Fprintf(&b, " h%d off=%d <-> h%d off=%d len=%d flags=%s", op.Slot, op.Off, op.Slot2, op.Off2, op.Len, ExchangeFlagsString(op.Flags))
 	case OpRemount:
 	default:
 		fmt.Fprintf(&b, " %q", op.Path)
@@ -185,7 +204,10 @@ func FallocModeString(m int) string {
 	for _, x := range []struct {
 		bit  int
 		name string
-	}{{0x01, "KEEP_SIZE"}, {0x02, "PUNCH_HOLE"}, {0x10, "ZERO_RANGE"}} {
+	}{
+		{0x01, "KEEP_SIZE"}, {0x02, "PUNCH_HOLE"}, {0x08, "COLLAPSE_RANGE"}, {0x10, "ZERO_RANGE"},
+		{0x20, "INSERT_RANGE"}, {0x40, "UNSHARE_RANGE"},
+	} {
 		if m&x.bit != 0 {
 			parts = append(parts, x.name)
 			m &^= x.bit
@@ -193,6 +215,36 @@ func FallocModeString(m int) string {
 	}
 	if m != 0 {
 		parts = append(parts, fmt.Sprintf("%#x", m))
+	}
+	return strings.Join(parts, "|")
+}
+
+// XFS_IOC_EXCHANGE_RANGE flags (xfs_fs.h; sluice.Exchange* have the same
+// values).
+const (
+	ExchangeToEOF        = 0x1
+	ExchangeDsync        = 0x2
+	ExchangeDryRun       = 0x4
+	ExchangeFile1Written = 0x8
+)
+
+// ExchangeFlagsString renders XFS_IOC_EXCHANGE_RANGE flags.
+func ExchangeFlagsString(f int) string {
+	if f == 0 {
+		return "0"
+	}
+	var parts []string
+	for _, x := range []struct {
+		bit  int
+		name string
+	}{{ExchangeToEOF, "TO_EOF"}, {ExchangeDsync, "DSYNC"}, {ExchangeDryRun, "DRY_RUN"}, {ExchangeFile1Written, "FILE1_WRITTEN"}} {
+		if f&x.bit != 0 {
+			parts = append(parts, x.name)
+			f &^= x.bit
+		}
+	}
+	if f != 0 {
+		parts = append(parts, fmt.Sprintf("%#x", f))
 	}
 	return strings.Join(parts, "|")
 }
@@ -215,7 +267,8 @@ func Pattern(n int, seed byte, misalign int) []byte {
 // Result is the outcome of an Op: what the tests compare between targets.
 type Result struct {
 	Errno syscall.Errno
-	// N is the byte count of a read or write, or the offset Seek returned.
+	// N is the byte count of a read or write, the offset Seek returned,
+	// or a dedupe's bytes_deduped.
 	N    int64
 	Data []byte // bytes read, an xattr value, a symlink target
 	// Stat is set by the stat operations.
@@ -315,6 +368,8 @@ var errnoNames = map[syscall.Errno]string{
 	syscall.ERANGE: "ERANGE", syscall.ENAMETOOLONG: "ENAMETOOLONG", syscall.ENOSYS: "ENOSYS",
 	syscall.ENOTEMPTY: "ENOTEMPTY", syscall.ELOOP: "ELOOP", syscall.ENODATA: "ENODATA",
 	syscall.EOPNOTSUPP: "EOPNOTSUPP", syscall.EOVERFLOW: "EOVERFLOW",
+	// FIDEDUPERANGE's FILE_DEDUPE_RANGE_DIFFERS (the kernel's -EBADE).
+	syscall.EBADE: "EBADE(DIFFERS)",
 }
 
 // Runner applies Ops to one Target, keeping its open handles in numbered
@@ -361,14 +416,30 @@ func (closedHandle) Fdatasync() error                     { return syscall.EBADF
 func (closedHandle) Stat() (Stat, error)                  { return Stat{}, syscall.EBADF }
 func (closedHandle) ReadDir() ([]DirEntry, error)         { return nil, syscall.EBADF }
 func (closedHandle) Close() error                         { return syscall.EBADF }
+func (closedHandle) Clone(Handle) error                   { return syscall.EBADF }
+func (closedHandle) CloneRange(Handle, int64, int64, int64) error {
+	return syscall.EBADF
+}
+func (closedHandle) DedupeRange(int64, int64, Handle, int64) (int64, error) {
+	return 0, syscall.EBADF
+}
+func (closedHandle) ExchangeRange(Handle, int64, int64, int64, uint64) error {
+	return syscall.EBADF
+}
 
 // Apply runs op and returns its result. A handle op on a slot never
 // opened sees a closed handle; one on a slot whose handle was closed
-// calls the closed handle (the target answers EBADF itself).
+// calls the closed handle (the target answers EBADF itself). The second
+// file of a reflink call is passed the same way: a closedHandle for a
+// slot never opened, which the target treats as a closed descriptor.
 func (r *Runner) Apply(op Op) Result {
 	h := r.Handle(op.Slot)
 	if h == nil {
 		h = closedHandle{}
+	}
+	h2 := r.Handle(op.Slot2)
+	if h2 == nil {
+		h2 = closedHandle{}
 	}
 	t := r.T
 	var res Result
@@ -488,6 +559,14 @@ func (r *Runner) Apply(op Op) Result {
 		if m, ok := t.(Remounter); ok {
 			err = m.Remount()
 		}
+	case OpClone:
+		err = h.Clone(h2)
+	case OpCloneRange:
+		err = h.CloneRange(h2, op.Off2, op.Off, op.Len)
+	case OpDedupeRange:
+		res.N, err = h.DedupeRange(op.Off, op.Len, h2, op.Off2)
+	case OpExchangeRange:
+		err = h.ExchangeRange(h2, op.Off2, op.Off, op.Len, uint64(op.Flags))
 	default:
 		panic(fmt.Sprintf("fstest: unknown op %d", op.Kind))
 	}

@@ -18,9 +18,12 @@ const (
 	appnd  = syscall.O_APPEND
 	direct = syscall.O_DIRECT
 
-	keepSize  = 0x01
-	punchHole = 0x02
-	zeroRange = 0x10
+	keepSize      = 0x01
+	punchHole     = 0x02
+	collapseRange = 0x08
+	zeroRange     = 0x10
+	insertRange   = 0x20
+	unshareRange  = 0x40
 
 	seekData = 3
 	seekHole = 4
@@ -81,6 +84,25 @@ func getxOp(p, name string) Op { return Op{Kind: OpGetxattr, Path: p, Name: name
 func setxOp(p, name, value string, flags int) Op {
 	return Op{Kind: OpSetxattr, Path: p, Name: name, Value: []byte(value), Flags: flags}
 }
+
+// cloneOp is FICLONE on dst from src.
+func cloneOp(dst, src int) Op { return Op{Kind: OpClone, Slot: dst, Slot2: src} }
+
+// cloneRangeOp is FICLONERANGE on dst: struct file_clone_range's order.
+func cloneRangeOp(dst, src int, srcOff, n, dstOff int64) Op {
+	return Op{Kind: OpCloneRange, Slot: dst, Off: dstOff, Slot2: src, Off2: srcOff, Len: n}
+}
+
+// dedupeOp is FIDEDUPERANGE on src with one destination.
+func dedupeOp(src int, srcOff, n int64, dst int, dstOff int64) Op {
+	return Op{Kind: OpDedupeRange, Slot: src, Off: srcOff, Slot2: dst, Off2: dstOff, Len: n}
+}
+
+// exchangeOp is XFS_IOC_EXCHANGE_RANGE on file2.
+func exchangeOp(file2, file1 int, off1, off2, n int64, flags int) Op {
+	return Op{Kind: OpExchangeRange, Slot: file2, Off: off2, Slot2: file1, Off2: off1, Len: n, Flags: flags}
+}
+
 func listxOp(p string) Op         { return Op{Kind: OpListxattr, Path: p} }
 func rmxOp(p, name string) Op     { return Op{Kind: OpRemovexattr, Path: p, Name: name} }
 func misalign(op Op, n int) Op    { op.Misalign = n; return op }

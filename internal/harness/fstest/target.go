@@ -87,6 +87,29 @@ type Handle interface {
 	// ReadDir lists the directory the handle is open on, in name order.
 	ReadDir() ([]DirEntry, error)
 	Close() error
+
+	// The reflink calls take a second handle of the same target; a
+	// handle of another kind (closedHandle for a slot never opened)
+	// stands for a closed descriptor. Offsets must be multiples of the
+	// file system's block size, and errors come in the order XFS checks
+	// them (vfs_clone_file_range, vfs_dedupe_file_range and
+	// xfs_exchange_range over generic_remap_file_range_prep).
+
+	// Clone is ioctl(FICLONE) on the handle, the destination: all of
+	// src's blocks are shared into it (CloneRange(src, 0, 0, 0)).
+	Clone(src Handle) error
+	// CloneRange is ioctl(FICLONERANGE) on the handle, the destination:
+	// src's bytes [srcOff, srcOff+n) are shared into it at dstOff; n == 0
+	// means up to src's EOF.
+	CloneRange(src Handle, srcOff, dstOff, n int64) error
+	// DedupeRange is ioctl(FIDEDUPERANGE) on the handle, the source, with
+	// one destination: it returns the destination's bytes_deduped, and
+	// its status as the error (EBADE for FILE_DEDUPE_RANGE_DIFFERS).
+	DedupeRange(srcOff, n int64, dst Handle, dstOff int64) (int64, error)
+	// ExchangeRange is ioctl(XFS_IOC_EXCHANGE_RANGE) on the handle, file2:
+	// file1's bytes [off1, off1+n) and the handle's [off2, off2+n) change
+	// places; flags are the Exchange* constants.
+	ExchangeRange(file1 Handle, off1, off2, n int64, flags uint64) error
 }
 
 // Remounter is implemented by targets that can be shut down cleanly and
