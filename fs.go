@@ -287,6 +287,13 @@ func (fs *FS) backgroundSyncer() {
 	}
 }
 
+// Shutdown stops the file system at once, for a cause found outside it (a
+// volume whose ownership was lost: its metadata commits and data writes
+// are refused anyway, and the engine must not try them): every later
+// change fails with EIO wrapping ErrShutdown and cause, and Close writes
+// nothing back. What was not durable stays as the last sync point left it.
+func (fs *FS) Shutdown(cause error) { _ = fs.shutdownWith(cause) }
+
 // shutdownErr returns the error that shut the file system down, or nil.
 func (fs *FS) shutdownErr() error {
 	if p := fs.shutdown.Load(); p != nil {

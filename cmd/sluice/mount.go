@@ -234,13 +234,13 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "mounted %s on %s (policy %s, cache %s, page cache %d MiB); stop with Ctrl-C or: sluice umount %s\n",
 		volDir, mnt, o.Policy, mode, o.CacheSizeBytes>>20, mnt)
 
-	lost := stopOnLoss(eng.vol, srv, logger)
+	lost := stopOnLoss(eng, srv, logger)
 	forced := waitAndUnmount(srv, eng.FS, f.grace, logger)
 	if metricsSrv != nil {
 		metricsSrv.Close()
 	}
 	if err := lost(); err != nil {
-		eng.Close() // fails: nothing of it reaches the volume any more
+		eng.Close() // shut down: it writes nothing back
 		return &exitError{code: 1, err: fmt.Errorf("lost the ownership of volume %s (%v): stopped serving %s", volDir, err, mnt)}
 	}
 	if err := eng.Close(); err != nil {
@@ -281,13 +281,15 @@ func openEngine(dir string, eopts *sluice.Options, ef *etcdFlags, lease volume.L
 	return &volumeEngine{FS: fs, vol: v}, nil
 }
 
-// stopOnLoss aborts the mount's FUSE connection if the volume's ownership
-// is lost while it serves (v.Owner.Lost): its users get ENOTCONN, and
-// waitAndUnmount returns. The function it returns stops watching and
-// reports the loss, if there was one; call it once the mount has ended
-// and before the volume is closed (whose release is not a loss).
-func stopOnLoss(v *volume.Volume, srv *fusefs.Server, logger *log.Logger) func() error {
-	own := v.Owner
+// stopOnLoss shuts the engine down and aborts the mount's FUSE connection
+// if the volume's ownership is lost while it serves (Owner.Lost): the
+// engine tries no more writes or commits (its Close writes nothing back),
+// its users get ENOTCONN, and waitAndUnmount returns. The function it
+// returns stops watching and reports the loss, if there was one; call it
+// once the mount has ended and before the volume is closed (whose release
+// is not a loss).
+func stopOnLoss(eng *volumeEngine, srv *fusefs.Server, logger *log.Logger) func() error {
+	own := eng.vol.Owner
 	if own == nil {
 		return func() error { return nil }
 	}
@@ -300,6 +302,7 @@ func stopOnLoss(v *volume.Volume, srv *fusefs.Server, logger *log.Logger) func()
 		case <-stop:
 		case <-own.Lost():
 			lost = own.Err()
+			eng.Shutdown(fmt.Errorf("lost the ownership of the volume: %w", lost))
 			logger.Printf("lost the ownership of the volume: %v; aborting the FUSE connection of %s", lost, srv.Dir())
 			if err := srv.UnmountWith(fusefs.UnmountOptions{Force: true}); err != nil {
 				logger.Printf("%v", err)
