@@ -242,8 +242,18 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 				segs = m.Lookup(blk, n, segs[:0])
 			}
 		}
-		if shared := in.sharedSegsLocked(blk, n); err == nil && len(shared) > 0 {
-			err = fs.sharedInPlace("writeback", in, shared[0].FileBlock)
+		// Shared blocks are never written in place: no dirty byte may
+		// lie in one (the write paths copy a shared block before they
+		// dirty its pages). A run may still span shared blocks it has
+		// nothing to write in: a run claims its blocks before a clone
+		// that writes some of them back and shares them.
+		for _, s := range in.sharedSegsLocked(blk, n) {
+			lo, hi := int64(s.FileBlock-blk)*bs, int64(s.End()-blk)*bs
+			for _, d := range dirty {
+				if err == nil && d.lo < hi && d.hi > lo {
+					err = fs.sharedInPlace("writeback", in, s.FileBlock)
+				}
+			}
 		}
 	}
 	in.mu.Unlock()
