@@ -3,6 +3,7 @@ package sluice
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"syscall"
 
 	"github.com/sluicefs/sluice/extmap"
@@ -207,13 +208,8 @@ func (fs *FS) remapRange(src, dst *inode, srcOff, dstOff, n int64, flags remapFl
 	}
 	bs := fs.blockSize
 	srcEnd := roundUp(srcOff+n, bs)
-	// The source's dirty bytes go to its blocks, and its pending
-	// conversions and remaps become durable: the records shared must say
-	// what the blocks hold.
+	// The source's dirty bytes go to its blocks.
 	if err := src.writeback(srcOff, srcEnd, true); err != nil {
-		return 0, err
-	}
-	if err := src.settleRemaps(); err != nil {
 		return 0, err
 	}
 	// No cached page of the destination may outlive the blocks under it;
@@ -250,6 +246,13 @@ func (fs *FS) remapRange(src, dst *inode, srcOff, dstOff, n int64, flags remapFl
 			}
 		}
 	}
+	// The source's pending conversions and remaps become durable: the
+	// records shared must say what the blocks hold. Last, because zeroing
+	// the destination's EOF tail may have copied a shared block on write
+	// in the source itself (a clone within one file: fstest B25).
+	if err := src.settleRemaps(); err != nil {
+		return 0, err
+	}
 	// The destination's blocks [dfb, dfb+nb) get the source's.
 	sfb, dfb := uint64(srcOff/bs), uint64(dstOff/bs)
 	nb := uint64(roundUp(n, bs) / bs)
@@ -272,6 +275,9 @@ func (fs *FS) remapRange(src, dst *inode, srcOff, dstOff, n int64, flags remapFl
 		for _, s := range segs {
 			if s.Hole || s.State != meta.Written {
 				continue
+			}
+			if e, _ := sm.At(s.FileBlock); e.Epoch != 0 {
+				return eio(fmt.Errorf("cloning inode %d: block %d not durable (%v)", src.ino, s.FileBlock, e))
 			}
 			fs.shared.Share(refcount.Range{Start: s.DevBlock, Len: s.Len}, t.refs())
 			shared += s.Len

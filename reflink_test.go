@@ -669,3 +669,32 @@ func TestWritebackRunSpansSharedCleanBlock(t *testing.T) {
 	wantBytes(t, "c", c, want)
 	checkClean(t, e.fs)
 }
+
+// TestCloneWithinFileOfSharedEOFBlock: a file whose partial EOF block is
+// shared with another is cloned into itself past its EOF, which zeroes
+// (so copies on write) that very block before the clone shares it; then
+// the clone's block is punched. The references stay exact (fstest B25:
+// the clone shared the staging block of the pending copy, and the punch
+// freed a block still mapped).
+func TestCloneWithinFileOfSharedEOFBlock(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	s := e.mustCreate("/s", 0)
+	if _, err := s.Pwrite(pattern(100, 1), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	a := e.mustCreate("/a", 0)
+	if err := a.Clone(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.CloneRange(a, 0, 4096, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Fallocate(FallocPunchHole|FallocKeepSize, 4096, 4096); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 4096+100)
+	copy(want, pattern(100, 1))
+	wantBytes(t, "a", a, want)
+	wantBytes(t, "s", s, pattern(100, 1))
+	checkClean(t, e.fs)
+}
