@@ -40,13 +40,15 @@ const (
 // set-group-ID and capabilities go, as a write's.
 func (f *File) ExchangeRange(file1 *File, off1, off2, n int64, flags uint64) error {
 	const op = "exchange range"
-	if flags&^exchangeAll != 0 {
-		return pathErr(op, f.name, syscall.EINVAL)
-	}
+	// The ioctl's own descriptor first, then the flags, then file1's
+	// (xfs_ioc_exchange_range).
 	if err := f.begin(); err != nil {
 		return pathErr(op, f.name, err)
 	}
 	defer f.end()
+	if flags&^exchangeAll != 0 {
+		return pathErr(op, f.name, syscall.EINVAL)
+	}
 	if file1 != f {
 		if err := file1.begin(); err != nil {
 			return pathErr(op, file1.name, err)
@@ -88,18 +90,35 @@ func (fs *FS) exchangeRange(in1, in2 *inode, off1, off2, n int64, flags uint64) 
 	bs := fs.blockSize
 	nb := uint64(roundUp(n, bs) / bs)
 	fb1, fb2 := uint64(off1/bs), uint64(off2/bs)
-	if n > 0 {
-		// No page may outlive its blocks' move; pending conversions
+	toEOF := flags&ExchangeToEOF != 0
+	size1, size2 := in1.size(), in2.size()
+	// Each file's side: its range, its size before and after, and the
+	// other file's EOF as it lands in it.
+	sides := []struct {
+		in                 *inode
+		off, size, newSize int64
+		otherEOF           int64
+	}{
+		{in1, off1, size1, size1, off1 + size2 - off2},
+		{in2, off2, size2, size2, off2 + size1 - off1},
+	}
+	if toEOF {
+		sides[0].newSize, sides[1].newSize = size2, size1
+	}
+	if n > 0 || toEOF {
+		// No page may outlive its blocks' move (nor, once the sizes
+		// are swapped, its place inside the size); pending conversions
 		// and remaps become durable first, so the records moved say
 		// what the blocks hold.
-		for _, x := range []struct {
-			in  *inode
-			off int64
-		}{{in1, off1}, {in2, off2}} {
-			if err := x.in.invalidateRange(x.off, x.off+int64(nb)*bs); err != nil {
+		for _, x := range sides {
+			lo, hi := x.off, x.off+int64(nb)*bs
+			if toEOF {
+				lo, hi = min(lo, roundDown(x.newSize, bs)), maxFileSize
+			}
+			if err := x.in.invalidateRange(lo, hi); err != nil {
 				return err
 			}
-			x.in.waitBlocksIdle(uint64(x.off/bs), uint64(x.off/bs)+nb)
+			x.in.waitBlocksIdle(uint64(lo/bs), uint64(hi/bs))
 		}
 		for _, in := range []*inode{in1, in2} {
 			if err := in.settleRemaps(); err != nil {
@@ -116,6 +135,22 @@ func (fs *FS) exchangeRange(in1, in2 *inode, off1, off2, n int64, flags uint64) 
 	}
 	if err := fs.exchangeMappings(in1, in2, fb1, fb2, nb, flags); err != nil {
 		return err
+	}
+	if toEOF && in1 != in2 {
+		// Nothing past a file's EOF survives an exchange (as after a
+		// truncate): the tail of each file's new EOF block is zeroed,
+		// and so is the tail of the other file's EOF block where it
+		// lands inside the new size.
+		for _, x := range sides {
+			for _, at := range []int64{x.newSize, x.otherEOF} {
+				if at%bs == 0 || at > x.newSize {
+					continue
+				}
+				if _, err := x.in.zeroBlockRange(uint64(at/bs), at%bs, bs); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	fs.counters.Exchanges.Add(1)
 	if flags&ExchangeDsync != 0 {

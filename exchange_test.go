@@ -194,3 +194,42 @@ func blockLetters(b []byte) string {
 	}
 	return string(s)
 }
+
+// TestExchangeToEOFLeavesNothingPastEOF: after a TO_EOF exchange whose
+// size swap leaves a file shorter than what it held, nothing of what lay
+// past the new EOF comes back: not cached pages (a truncate up shows
+// zeros; fstest B20), not written blocks (fsck clean after fsync), not the
+// tail of the EOF block (a second exchange that moves that block shows
+// zeros there; fstest B27).
+func TestExchangeToEOFLeavesNothingPastEOF(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	f1, f2 := exchangeFiles(t, e, blocksOf("A", -1), blocksOf("BB", -1)) // buffered, not synced
+	if err := f2.ExchangeRange(f1, 4096, 8192, 0, ExchangeToEOF); err != nil {
+		t.Fatal(err)
+	}
+	if err := f2.Truncate(3 * 4096); err != nil {
+		t.Fatal(err)
+	}
+	wantBytes(t, "file2 grown after the exchange", f2, blocksOf("B00", -1))
+	if err := f2.Fsync(); err != nil {
+		t.Fatal(err)
+	}
+	checkClean(t, e.fs)
+
+	e = newEnv(t, envConfig{})
+	g1, g2 := exchangeFiles(t, e, blocksOf("AAA", 9000), blocksOf("BB", 5000))
+	g3 := e.mustCreate("/f3", 0)
+	if _, err := g3.Pwrite(blocksOf("CCC", -1), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.ExchangeRange(g1, 4096, 0, 0, ExchangeToEOF); err != nil {
+		t.Fatal(err)
+	}
+	if err := g3.ExchangeRange(g1, 4096, 0, 0, ExchangeToEOF); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 5000)
+	copy(want, blocksOf("B", 904))
+	wantBytes(t, "file3", g3, want)
+	checkClean(t, e.fs)
+}

@@ -505,6 +505,11 @@ const (
 	// of the file's own: shared (reflinked) blocks are copied, holes
 	// allocated as for mode 0; with or without KEEP_SIZE.
 	FallocUnshareRange = 0x40
+	// FallocWriteZeroes (FALLOC_FL_WRITE_ZEROES, Linux 6.17) asks for
+	// zeroed written blocks. The VFS knows it, XFS on 6.18 does not:
+	// after the generic checks (EBADF for a file not open for writing)
+	// it is EOPNOTSUPP, as there.
+	FallocWriteZeroes = 0x80
 )
 
 // Fallocate allocates, punches, zeroes, collapses or inserts [off, off+n)

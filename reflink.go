@@ -85,24 +85,40 @@ func (f *File) CloneBlocks(src *File, srcOff, dstOff, n int64) (int64, error) {
 // caller credentials, so any open dst is accepted (may_dedupe_file's
 // owner case).
 func (f *File) DedupeRange(srcOff, n int64, dst *File, dstOff int64) (int64, error) {
+	const op = "dedupe"
 	if err := f.begin(); err != nil {
-		return 0, pathErr("dedupe", f.name, err)
+		return 0, pathErr(op, f.name, err)
 	}
-	size := f.in.size()
-	f.end()
-	switch {
-	case !f.readable():
-		return 0, pathErr("dedupe", f.name, syscall.EINVAL)
-	case srcOff < 0 || n < 0 || srcOff+n < srcOff:
-		return 0, pathErr("dedupe", f.name, syscall.EINVAL)
-	case srcOff+n > size:
-		return 0, pathErr("dedupe", f.name, syscall.EINVAL)
+	defer f.end()
+	// vfs_dedupe_file_range: the source, then the length.
+	if !f.readable() {
+		return 0, pathErr(op, f.name, syscall.EINVAL)
+	}
+	if err := regularFile(f.in); err != nil {
+		return 0, pathErr(op, f.name, err)
+	}
+	if srcOff < 0 || n < 0 || srcOff+n < srcOff || srcOff+n > f.in.size() {
+		return 0, pathErr(op, f.name, syscall.EINVAL)
 	}
 	n = min(n, 1<<30)
+	// vfs_dedupe_file_range_one: the destination, then the length 0.
+	if err := dst.begin(); err != nil {
+		return 0, pathErr(op, dst.name, err)
+	}
+	defer dst.end()
+	switch {
+	case dstOff < 0 || dstOff+n < dstOff:
+		return 0, pathErr(op, dst.name, syscall.EINVAL)
+	case dst.fs != f.fs:
+		return 0, pathErr(op, dst.name, syscall.EXDEV)
+	}
+	if err := regularFile(dst.in); err != nil {
+		return 0, pathErr(op, dst.name, err)
+	}
 	if n == 0 {
 		return 0, nil
 	}
-	if _, err := dst.remap(f, srcOff, dstOff, n, remapDedupe|remapCanShorten, "dedupe"); err != nil {
+	if _, err := dst.remap(f, srcOff, dstOff, n, remapDedupe|remapCanShorten, op); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -147,16 +163,25 @@ func (f *File) remap(src *File, srcOff, dstOff, n int64, flags remapFlags, op st
 // (generic_file_rw_checks, generic_remap_file_range_prep): EISDIR for a
 // directory, EINVAL for anything else that is not a regular file.
 func regularPair(a, b *inode) error {
-	a.mu.Lock()
-	am := a.attr.Mode
-	a.mu.Unlock()
-	b.mu.Lock()
-	bm := b.attr.Mode
-	b.mu.Unlock()
-	if isDir(am) || isDir(bm) {
+	ea, eb := regularFile(a), regularFile(b)
+	switch {
+	case ea == syscall.EISDIR || eb == syscall.EISDIR:
 		return syscall.EISDIR
+	case ea != nil:
+		return ea
 	}
-	if !isReg(am) || !isReg(bm) {
+	return eb
+}
+
+// regularFile is regularPair's check of one file.
+func regularFile(in *inode) error {
+	in.mu.Lock()
+	m := in.attr.Mode
+	in.mu.Unlock()
+	switch {
+	case isDir(m):
+		return syscall.EISDIR
+	case !isReg(m):
 		return syscall.EINVAL
 	}
 	return nil

@@ -110,6 +110,9 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 	if !isReg(fmode) {
 		return syscall.ENODEV
 	}
+	if mode == FallocWriteZeroes {
+		return syscall.EOPNOTSUPP // xfs_file_fallocate: not in XFS_FALLOC_FL_SUPPORTED on 6.18
+	}
 	if mode == FallocCollapseRange || mode == FallocInsertRange {
 		return in.shiftRange(mode == FallocCollapseRange, off, n)
 	}
@@ -211,8 +214,9 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 // (vfs_fallocate checks them before the file's access mode). Modes are
 // exclusive, KEEP_SIZE aside, and as vfs_fallocate on 6.18 (since 6.13) a
 // mode combined with another, PUNCH_HOLE without KEEP_SIZE, and
-// COLLAPSE_RANGE or INSERT_RANGE with KEEP_SIZE, are EOPNOTSUPP (before
-// 6.13 the last two were EINVAL).
+// COLLAPSE_RANGE, INSERT_RANGE or WRITE_ZEROES with KEEP_SIZE, are
+// EOPNOTSUPP (before 6.13 the first two were EINVAL). WRITE_ZEROES passes
+// here, as in the VFS, and is refused later, as by XFS.
 func checkFallocate(mode uint32, off, n int64) error {
 	if off < 0 || n <= 0 {
 		return syscall.EINVAL
@@ -224,7 +228,7 @@ func checkFallocate(mode uint32, off, n int64) error {
 		if !keep {
 			return syscall.EOPNOTSUPP
 		}
-	case FallocCollapseRange, FallocInsertRange:
+	case FallocCollapseRange, FallocInsertRange, FallocWriteZeroes:
 		if keep {
 			return syscall.EOPNOTSUPP
 		}

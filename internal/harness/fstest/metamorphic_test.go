@@ -113,49 +113,7 @@ var metamorphicKnownBugs = []struct {
 	id   string
 	what string
 	skip func(g *Generator, op Op, cfg metaConfig) bool
-}{
-	{"B20", "exchange to EOF leaving a file shorter than its range's offset", func(g *Generator, op Op, _ metaConfig) bool {
-		if op.Kind != OpExchangeRange || op.Flags&(ExchangeToEOF|ExchangeDryRun) != ExchangeToEOF {
-			return false
-		}
-		h2, h1 := g.slot(op.Slot), g.slot(op.Slot2)
-		if h1 == nil || h2 == nil || h1.closed || h2.closed {
-			return false
-		}
-		size1, size2 := int64(len(h1.n.data)), int64(len(h2.n.data))
-		return size1 < op.Off || size2 < op.Off2 // file2's new size is size1
-	}},
-	{"B21", "dedupe from a directory", func(g *Generator, op Op, _ metaConfig) bool {
-		h := g.slot(op.Slot)
-		return op.Kind == OpDedupeRange && h != nil && !h.closed && h.n.isDir()
-	}},
-	{"B22", "dedupe of length 0 into a closed file, a directory or a negative offset", func(g *Generator, op Op, _ metaConfig) bool {
-		d := g.slot(op.Slot2)
-		return op.Kind == OpDedupeRange && op.Len == 0 && (d == nil || d.closed || d.n.isDir() || op.Off2 < 0)
-	}},
-	{"B25", "clone within one file of a range ending in a partial EOF block", func(g *Generator, op Op, _ metaConfig) bool {
-		d, s := g.slot(op.Slot), g.slot(op.Slot2)
-		if op.Kind != OpCloneRange || d == nil || s == nil || d.closed || s.closed || d.n != s.n {
-			return false
-		}
-		size := int64(len(s.n.data))
-		return size%g.cfg.BlockSize != 0 && (op.Len == 0 || op.Off2+op.Len == size)
-	}},
-	{"B26", "clone from a file with unsynced writes while the flusher runs every few milliseconds", func(g *Generator, op Op, cfg metaConfig) bool {
-		return cfg.fastFlusher && (op.Kind == OpClone || op.Kind == OpCloneRange) && g.Unsynced(op.Slot2)
-	}},
-	{"B27", "exchange to EOF at different offsets of files whose sizes are not whole blocks", func(g *Generator, op Op, _ metaConfig) bool {
-		if op.Kind != OpExchangeRange || op.Flags&(ExchangeToEOF|ExchangeDryRun) != ExchangeToEOF || op.Off == op.Off2 {
-			return false
-		}
-		h2, h1 := g.slot(op.Slot), g.slot(op.Slot2)
-		if h1 == nil || h2 == nil || h1.closed || h2.closed {
-			return false
-		}
-		bs := g.cfg.BlockSize
-		return int64(len(h1.n.data))%bs != 0 || int64(len(h2.n.data))%bs != 0
-	}},
-}
+}{}
 
 // skipKnownBugs returns the Skip function of a sequence in configuration
 // cfg: the ID of the known bug an op would trigger, or "".
