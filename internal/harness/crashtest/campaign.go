@@ -66,10 +66,7 @@ func Campaign(c CampaignConfig, each func(*CaseResult)) CampaignResult {
 				mu.Lock()
 				res.Cases++
 				res.Points += r.Points
-				res.Stats.Files += r.Stats.Files
-				res.Stats.Sectors += r.Stats.Sectors
-				res.Stats.Tagged += r.Stats.Tagged
-				res.Stats.Exact += r.Stats.Exact
+				res.Stats.add(r.Stats)
 				if r.Failure != nil {
 					res.Failed++
 				}

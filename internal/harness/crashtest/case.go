@@ -299,6 +299,7 @@ func runSingle(cfg CaseConfig) *CaseResult {
 		if err := finalCheck(env); err != nil {
 			return fail(&Failure{Generation: gen, Op: cfg.Ops, Err: err, Ops: append(logs, w.log)})
 		}
+		res.Stats.addCounters(env.FS)
 		if next == nil {
 			break
 		}
@@ -359,8 +360,9 @@ func rebuildModel(rec *recovered, root string) *model {
 		}
 		fm := newFileModel(rf.id, ino)
 		fm.size, fm.sizes, fm.nlink = rf.size, []int64{rf.size}, rf.nlink
+		fm.shares = rec.shares
 		for i, v := range rf.values {
-			fm.sec[i] = &sectorHist{hist: []uint64{v}}
+			fm.sec[i] = newSectorHist(v)
 		}
 		m.addFile(fm)
 	}
@@ -617,6 +619,7 @@ func runConcurrent(cfg CaseConfig) *CaseResult {
 		if err := finalCheck(env); err != nil {
 			failure = &Failure{Err: err}
 		}
+		res.Stats.addCounters(env.FS)
 	}
 	if failure != nil {
 		failure.Ops = logs()
@@ -628,16 +631,24 @@ func runConcurrent(cfg CaseConfig) *CaseResult {
 // concurrent crashes while the workers run and checks.
 func (cp *crashPoint) concurrent(ws []*worker, roots []string) {
 	rng := newRand(cp.seed, 1)
-	snapAll := func() []*modelSnap {
+	// The window from m0 to m1 retains the worlds sync points drop
+	// (expectFrom).
+	snapAll := func(retain bool) []*modelSnap {
 		out := make([]*modelSnap, len(ws))
 		for i, w := range ws {
 			w.mu.Lock()
+			if retain {
+				w.m.setRetain(true)
+			}
 			out[i] = w.m.snapshot()
+			if !retain {
+				w.m.setRetain(false)
+			}
 			w.mu.Unlock()
 		}
 		return out
 	}
-	m0 := snapAll()
+	m0 := snapAll(true)
 	var m MetaCrash
 	commits, synced := cp.env.KV.Commits()
 	if rng.IntN(2) == 0 {
@@ -650,6 +661,7 @@ func (cp *crashPoint) concurrent(ws []*worker, roots []string) {
 	cp.desc = fmt.Sprintf("%v, %s, while ops ran", m, fdesc)
 	img, err := cp.env.Crash(cp.seed, fate, m)
 	if err != nil {
+		snapAll(false)
 		cp.err = fmt.Errorf("crashing: %w", err)
 		return
 	}
@@ -664,7 +676,7 @@ func (cp *crashPoint) concurrent(ws []*worker, roots []string) {
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
-	m1 := snapAll()
+	m1 := snapAll(false)
 	exp := &expectation{files: map[sluice.Ino]*fileExpect{}, roots: roots, nsCands: map[string][]namespace{}, owner: owners(ws)}
 	for i := range ws {
 		for ino, fe := range expectFrom(m0[i], m1[i]) {

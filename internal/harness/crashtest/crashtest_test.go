@@ -78,8 +78,11 @@ func TestCrashCampaign(t *testing.T) {
 		}
 		t.Errorf("%s", r.Failure.Report(60))
 	})
-	t.Logf("crash campaign: %d cases, %d crash points, %d failed, in %v; checked %d files (%d with one allowed content), %d sectors (%d written)",
-		res.Cases, res.Points, res.Failed, res.Elapsed, res.Stats.Files, res.Stats.Exact, res.Stats.Sectors, res.Stats.Tagged)
+	st := res.Stats
+	t.Logf("crash campaign: %d cases, %d crash points, %d failed, in %v; checked %d files (%d with one allowed content, %d with a clone or shift in doubt), %d sectors (%d written: %d cloned from another file, %d moved within one)",
+		res.Cases, res.Points, res.Failed, res.Elapsed, st.Files, st.Exact, st.Worlds, st.Sectors, st.Tagged, st.Cloned, st.Moved)
+	t.Logf("reflink: %d crash points found shared blocks (%d in all); the runs cloned %d times, wrote %d shared blocks out of place (O_DIRECT) and copied %d before other writes",
+		st.SharedPoints, st.SharedBlocks, st.Clones, st.CowWrites, st.CowCopiedBlocks)
 }
 
 func firstProblem(f *Failure) string {

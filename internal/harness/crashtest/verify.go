@@ -3,6 +3,7 @@ package crashtest
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"path"
 	"slices"
 	"sort"
@@ -41,7 +42,7 @@ type recoveredFile struct {
 	ino    sluice.Ino
 	id     uint64
 	size   int64
-	values map[int64]uint64
+	values map[int64]Tag
 	nlink  int
 	blocks int64 // Attr.Blocks
 }
@@ -50,6 +51,8 @@ type recoveredFile struct {
 type recovered struct {
 	ns    namespace
 	files map[sluice.Ino]*recoveredFile
+	// shares says the volume had shared blocks.
+	shares bool
 }
 
 // verifier checks a reopened file system against an expectation.
@@ -65,9 +68,44 @@ type verifier struct {
 
 // Stats counts what crash points checked: files read back, those of them
 // with exactly one allowed content and size (synced since their last
-// change), sectors read, and sectors holding workload data.
+// change), those a clone or shift not durable yet left with more than one
+// world, sectors read, and sectors holding workload data: of those, Cloned
+// held another file's write (a clone brought it) and Moved this file's
+// write of another offset (a clone within the file, a collapse or insert
+// range). SharedPoints counts the crash points whose recovered volume had
+// shared blocks, and SharedBlocks adds up their numbers. Clones,
+// CowWrites and CowCopiedBlocks add up the engine's counters of the same
+// names (clones that shared blocks; direct writes of shared blocks out of
+// place; shared blocks copied before another write) over the runs.
 type Stats struct {
-	Files, Sectors, Tagged, Exact int
+	Files, Sectors, Tagged, Exact, Worlds int
+	Cloned, Moved                         int
+	SharedPoints, SharedBlocks            int
+	Clones, CowWrites, CowCopiedBlocks    int64
+}
+
+// add adds o to s.
+func (s *Stats) add(o Stats) {
+	s.Files += o.Files
+	s.Sectors += o.Sectors
+	s.Tagged += o.Tagged
+	s.Exact += o.Exact
+	s.Worlds += o.Worlds
+	s.Cloned += o.Cloned
+	s.Moved += o.Moved
+	s.SharedPoints += o.SharedPoints
+	s.SharedBlocks += o.SharedBlocks
+	s.Clones += o.Clones
+	s.CowWrites += o.CowWrites
+	s.CowCopiedBlocks += o.CowCopiedBlocks
+}
+
+// addCounters adds the engine's reflink counters of fs.
+func (s *Stats) addCounters(fs *sluice.FS) {
+	c := fs.Counters()
+	s.Clones += c["Clones"]
+	s.CowWrites += c["CowWrites"]
+	s.CowCopiedBlocks += c["CowCopiedBlocks"]
 }
 
 func (v *verifier) add(kind, format string, args ...any) {
@@ -174,23 +212,20 @@ func (v *verifier) run() {
 		}
 	}
 	sort.Strings(paths)
-	var blocks int64
+	var maps []fileMap
 	for i, p := range paths {
 		ino := ns[p].ino
 		if _, seen := v.rec.files[ino]; seen {
 			continue
 		}
-		rf := v.checkFile(p, ino, v.bufferedEvery > 0 && i%v.bufferedEvery == 0)
+		rf, fm := v.checkFile(p, ino, v.bufferedEvery > 0 && i%v.bufferedEvery == 0)
 		if rf == nil {
 			continue
 		}
 		v.rec.files[ino] = rf
-		blocks += rf.blocks
+		maps = append(maps, fm)
 	}
-	bs := int64(fs.BlockSize())
-	if uint64(blocks*512/bs) != report.UsedBlocks {
-		v.add("accounting", "the files' Blocks add up to %d blocks, Check counts %d used", blocks*512/bs, report.UsedBlocks)
-	}
+	v.checkAccounting(report, maps)
 	st, err := fs.Statfs()
 	if err != nil {
 		v.add("accounting", "Statfs: %v", err)
@@ -230,43 +265,58 @@ func (v *verifier) checkNamespace(ns namespace) {
 	}
 }
 
-// checkFile reads file p (inode ino) and checks its size and every sector.
-func (v *verifier) checkFile(p string, ino sluice.Ino, buffered bool) *recoveredFile {
+// fileMap is what the accounting check needs of a file: its Blocks and
+// its extents (FIEMAP, blocks past EOF included).
+type fileMap struct {
+	path    string
+	ino     sluice.Ino
+	blocks  int64 // Attr.Blocks, 512 B units
+	extents []sluice.FiemapExtent
+}
+
+// checkFile reads file p (inode ino) and checks that it is one of the
+// worlds the model allows: its size and every sector below it as that
+// world has them (the first world that fits is taken; if none does, the
+// problems are those of the world that fits best). It returns what the
+// file holds, and its map.
+func (v *verifier) checkFile(p string, ino sluice.Ino, buffered bool) (*recoveredFile, fileMap) {
 	fs := v.fs
+	fm := fileMap{path: p, ino: ino}
 	e, ok := v.exp.files[ino]
 	if !ok {
 		v.add("unknown-inode", "%s is inode %d, which the workload never created", p, ino)
-		return nil
+		return nil, fm
 	}
 	f, err := fs.OpenIno(ino, sluice.O_RDONLY|sluice.O_DIRECT)
 	if err != nil {
 		v.add("read", "open %s (ino %d): %v", p, ino, err)
-		return nil
+		return nil, fm
 	}
 	defer f.Close()
 	a, err := f.Stat()
 	if err != nil {
 		v.add("read", "stat %s: %v", p, err)
-		return nil
+		return nil, fm
 	}
-	if !slices.Contains(e.sizes, a.Size) {
-		v.add("size", "%s (ino %d) has size %d; allowed: %v", p, ino, a.Size, e.sizes)
+	fm.blocks = a.Blocks
+	if fm.extents, err = f.Fiemap(0, math.MaxInt64, 0); err != nil {
+		v.add("read", "fiemap %s: %v", p, err)
 	}
-	rf := &recoveredFile{ino: ino, id: e.id, size: a.Size, values: map[int64]uint64{}, nlink: int(a.Nlink), blocks: a.Blocks}
+	rf := &recoveredFile{ino: ino, id: e.id, size: a.Size, values: map[int64]Tag{}, nlink: int(a.Nlink), blocks: a.Blocks}
 	if a.Size%SectorSize != 0 {
 		v.add("size", "%s (ino %d) has size %d, not a multiple of %d", p, ino, a.Size, SectorSize)
-		return rf
+		return rf, fm
 	}
 	buf, err := readFile(f, a.Size)
 	if err != nil {
 		v.add("read", "%s: %v", p, err)
-		return rf
+		return rf, fm
 	}
 	if buffered {
 		g, err := fs.OpenIno(ino, sluice.O_RDONLY)
 		if err != nil {
 			v.add("read", "open %s: %v", p, err)
-			return rf
+			return rf, fm
 		}
 		defer g.Close()
 		b2, err := readFile(g, a.Size)
@@ -276,72 +326,230 @@ func (v *verifier) checkFile(p string, ino sluice.Ino, buffered bool) *recovered
 			v.add("read", "%s: buffered and O_DIRECT reads differ", p)
 		}
 	}
-	bad := 0
-	if v.stats != nil {
-		v.stats.Files++
-		v.stats.Sectors += int(a.Size / SectorSize)
-		exact := len(e.sizes) == 1
-		for _, c := range e.sec {
-			exact = exact && len(c) == 1
+	n := a.Size / SectorSize
+	kinds := make([]SectorKind, n)
+	tags := make([]Tag, n)
+	for i := range n {
+		kinds[i], tags[i] = decodeSector(buf[i*SectorSize : (i+1)*SectorSize])
+	}
+	fits := func(w *worldExpect, i int64) bool {
+		c, ok := w.sec[i]
+		if !ok {
+			c = []Tag{{}}
 		}
-		if exact {
-			v.stats.Exact++
+		switch kinds[i] {
+		case Zero:
+			return containsTag(c, Tag{})
+		case Tagged:
+			return containsTag(c, tags[i])
+		}
+		return false
+	}
+	// The world that fits: a wrong size weighs more than any sector.
+	best, bestScore := 0, int64(-1)
+	for k := range e.worlds {
+		w := &e.worlds[k]
+		score := int64(0)
+		if !slices.Contains(w.sizes, a.Size) {
+			score = n + 1
+		}
+		for i := int64(0); i < n && (bestScore < 0 || score < bestScore); i++ {
+			if !fits(w, i) {
+				score++
+			}
+		}
+		if bestScore < 0 || score < bestScore {
+			best, bestScore = k, score
+		}
+		if score == 0 {
+			break
 		}
 	}
-	for i := int64(0); i < a.Size/SectorSize; i++ {
+	w := &e.worlds[best]
+	where := ""
+	if len(e.worlds) > 1 {
+		where = fmt.Sprintf(" in world %d of %d (the best fit)", best, len(e.worlds))
+	}
+	if !slices.Contains(w.sizes, a.Size) {
+		v.add("size", "%s (ino %d) has size %d; allowed%s: %v", p, ino, a.Size, where, w.sizes)
+	}
+	if v.stats != nil {
+		v.stats.Files++
+		v.stats.Sectors += int(n)
+		if e.exact() {
+			v.stats.Exact++
+		}
+		if len(e.worlds) > 1 {
+			v.stats.Worlds++
+		}
+	}
+	bad := 0
+	for i := int64(0); i < n; i++ {
 		off := i * SectorSize
-		kind, tag := decodeSector(buf[off : off+SectorSize])
-		cands := e.sec[i]
-		if cands == nil {
-			cands = []uint64{0}
+		kind, tag := kinds[i], tags[i]
+		if fits(w, i) {
+			if kind == Tagged {
+				rf.values[i] = tag
+				if v.stats != nil {
+					v.stats.Tagged++
+					switch {
+					case tag.File != e.id:
+						v.stats.Cloned++
+					case tag.Off != off:
+						v.stats.Moved++
+					}
+				}
+			}
+			continue
 		}
 		var kindName, msg string
 		switch {
 		case kind == Zero:
-			if slices.Contains(cands, 0) {
-				continue
-			}
 			kindName, msg = "unexpected-zeros", "reads zeros"
 		case kind == Garbage:
 			kindName, msg = "garbage", "holds bytes no write wrote (torn inside a sector or corrupt)"
-		case tag.File != e.id:
-			owner := v.exp.owner[tag.File]
-			if owner == "" {
-				owner = fmt.Sprintf("unknown file %#x", tag.File)
-			}
-			kindName, msg = "stale-data", fmt.Sprintf("holds write %d of %s at offset %d (STALE DATA from another file)", tag.Seq, owner, tag.Off)
-		case tag.Off != off:
-			kindName, msg = "misplaced-data", fmt.Sprintf("holds write %d of this file at offset %d", tag.Seq, tag.Off)
-		case !slices.Contains(cands, tag.Seq):
+		case tag.File == e.id && tag.Off == off:
 			kindName, msg = "unexpected-write", fmt.Sprintf("holds write %d", tag.Seq)
 		default:
-			rf.values[i] = tag.Seq
-			if v.stats != nil {
-				v.stats.Tagged++
+			desc := describeSector(kind, tag)
+			if tag.File != e.id {
+				owner := v.exp.owner[tag.File]
+				if owner == "" {
+					owner = fmt.Sprintf("unknown file %#x", tag.File)
+				}
+				desc = fmt.Sprintf("write %d of %s at offset %d", tag.Seq, owner, tag.Off)
 			}
-			continue
+			if j, ok := w.find(tag); ok {
+				kindName, msg = "misplaced-data", fmt.Sprintf("holds %s, which this world allows at offset %d only", desc, j*SectorSize)
+			} else if tag.File != e.id {
+				kindName, msg = "stale-data", fmt.Sprintf("holds %s (STALE DATA from another file)", desc)
+			} else {
+				kindName, msg = "misplaced-data", fmt.Sprintf("holds %s", desc)
+			}
 		}
 		bad++
 		if bad <= 4 {
-			v.add(kindName, "%s (ino %d, size %d) sector %d (offset %d) %s; allowed: %s", p, ino, a.Size, i, off, msg, describeCands(cands))
+			c, ok := w.sec[i]
+			if !ok {
+				c = []Tag{{}}
+			}
+			v.add(kindName, "%s (ino %d, size %d) sector %d (offset %d) %s; allowed%s: %s", p, ino, a.Size, i, off, msg, where, describeCands(e.id, off, c))
 		}
 	}
 	if bad > 4 {
 		v.add("more", "%s: %d bad sectors in all", p, bad)
 	}
-	return rf
+	return rf, fm
 }
 
-func describeCands(c []uint64) string {
+// find returns a sector of w that may show v.
+func (w *worldExpect) find(v Tag) (int64, bool) {
+	for i, c := range w.sec {
+		if containsTag(c, v) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// describeCands lists the values c a sector at offset off of file id may
+// show: wN for this file's write N at off, else the whole tag.
+func describeCands(id uint64, off int64, c []Tag) string {
 	s := make([]string, len(c))
 	for i, v := range c {
-		if v == 0 {
+		switch {
+		case v == (Tag{}):
 			s[i] = "zeros"
-		} else {
-			s[i] = "w" + itoa(v)
+		case v.File == id && v.Off == off:
+			s[i] = "w" + itoa(v.Seq)
+		case v.File == id:
+			s[i] = fmt.Sprintf("w%d@%d", v.Seq, v.Off)
+		default:
+			s[i] = fmt.Sprintf("w%d@%#x:%d", v.Seq, v.File, v.Off)
 		}
 	}
 	return "[" + strings.Join(s, " ") + "]"
+}
+
+// checkAccounting checks the space the files map against Check's counts.
+// A block that n extents map (reflink) is in the Blocks of each file
+// mapping it but counts once in UsedBlocks, so the files' Blocks add up to
+// UsedBlocks - StagingBlocks + the sum over shared blocks of (n - 1), of
+// which SharedBlocks (the number of shared blocks) is only a lower bound:
+// the sum when no block has more than two references. So the references
+// are counted here, from every file's FIEMAP: each file's extents add up
+// to its Blocks; the distinct device blocks the files map, plus the
+// staging blocks, are UsedBlocks; the blocks mapped more than once are
+// SharedBlocks, and FIEMAP flags exactly those shared. After recovery
+// no staging block is left (open frees them).
+func (v *verifier) checkAccounting(report *sluice.CheckReport, maps []fileMap) {
+	bs := uint64(v.fs.BlockSize())
+	type edge struct {
+		at     uint64
+		delta  int
+		shared bool
+	}
+	var edges []edge
+	for _, m := range maps {
+		var sum uint64
+		for _, x := range m.extents {
+			if x.Flags&sluice.FiemapExtentDelalloc != 0 {
+				v.add("accounting", "%s (ino %d): a delayed allocation after recovery at offset %d", m.path, m.ino, x.Logical)
+				continue
+			}
+			lo, n := x.Physical/bs, x.Length/bs
+			sum += n
+			sh := x.Flags&sluice.FiemapExtentShared != 0
+			edges = append(edges, edge{lo, +1, sh}, edge{lo + n, -1, sh})
+		}
+		if int64(sum*bs/512) != m.blocks {
+			v.add("accounting", "%s (ino %d) has Blocks %d (%d blocks); its extents add up to %d blocks", m.path, m.ino, m.blocks, m.blocks*512/int64(bs), sum)
+		}
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		a, b := edges[i], edges[j]
+		return a.at < b.at || a.at == b.at && a.delta < b.delta
+	})
+	var refs, flagged int
+	var distinct, shared, total, misflagged, firstMis uint64
+	prev := uint64(0)
+	for _, e := range edges {
+		if n := e.at - prev; n > 0 && refs > 0 {
+			distinct += n
+			total += n * uint64(refs)
+			if refs >= 2 {
+				shared += n
+			}
+			if (refs >= 2 && flagged != refs) || (refs == 1 && flagged != 0) {
+				if misflagged == 0 {
+					firstMis = prev
+				}
+				misflagged += n
+			}
+		}
+		prev = e.at
+		refs += e.delta
+		if e.shared {
+			flagged += e.delta
+		}
+	}
+	if distinct+report.StagingBlocks != report.UsedBlocks {
+		v.add("accounting", "the files map %d distinct blocks (%d references) and %d are staging; Check counts %d used", distinct, total, report.StagingBlocks, report.UsedBlocks)
+	}
+	if shared != report.SharedBlocks {
+		v.add("accounting", "%d blocks are mapped more than once; Check counts %d shared", shared, report.SharedBlocks)
+	}
+	if misflagged > 0 {
+		v.add("accounting", "FIEMAP's shared flag disagrees with the references on %d blocks (the first at device block %d)", misflagged, firstMis)
+	}
+	if report.StagingBlocks != 0 {
+		v.add("accounting", "%d staging blocks left after recovery", report.StagingBlocks)
+	}
+	v.rec.shares = report.SharedBlocks > 0
+	if v.stats != nil && report.SharedBlocks > 0 {
+		v.stats.SharedPoints++
+		v.stats.SharedBlocks += int(report.SharedBlocks)
+	}
 }
 
 // readAll reads file p of the given size, opened with flags.
