@@ -202,6 +202,19 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 	var rng *iolock.Range
 	first, nb := fs.blockRange(k.off, k.off+int64(len(k.buf)))
 	if shared, err := in.sharedIn(first, nb); err != nil || shared {
+		if err == nil && k.append && k.off&(fs.blockSize-1) != 0 {
+			// An append is routed by its length: its offset, EOF, is
+			// known only after the checks (as the kernel's ki_pos). At an
+			// EOF inside a shared block it writes part of that block,
+			// which only a copy makes its own: the sub-block exclusive
+			// route, under the exclusive lock the append holds, which
+			// a NOWAIT caller does not take.
+			if k.nowait {
+				in.io.Unlock(mode)
+				return 0, fs.nowaitEAGAIN(nwSubBlockExcl)
+			}
+			return in.submitExclusive(k)
+		}
 		if err == nil && k.nowait {
 			err = fs.nowaitEAGAIN(nwAllocate)
 		}

@@ -698,3 +698,41 @@ func TestCloneWithinFileOfSharedEOFBlock(t *testing.T) {
 	wantBytes(t, "s", s, pattern(100, 1))
 	checkClean(t, e.fs)
 }
+
+// TestNowaitAppendAtSharedEOF: a NOWAIT O_DIRECT append of whole blocks at
+// an EOF inside a shared block fails with EAGAIN, copying nothing: its
+// route (drain, copy the shared block) blocks, as XFS's copy-on-write
+// under IOMAP_NOWAIT does.
+func TestNowaitAppendAtSharedEOF(t *testing.T) {
+	for _, pol := range []Policy{Classic(), Seeds()} {
+		e := newEnv(t, envConfig{opts: Options{Policy: &pol}})
+		a := e.mustCreate("/a", O_DIRECT)
+		if _, err := a.Pwrite(device.AlignedBuf(8192), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Truncate(4096 + 1536); err != nil {
+			t.Fatal(err)
+		}
+		b := e.mustCreate("/b", 0)
+		if err := b.Clone(a); err != nil {
+			t.Fatal(err)
+		}
+		// Preallocated past EOF, so that nothing else in the append
+		// would need to block.
+		if err := a.Fallocate(FallocKeepSize, 8192, 4096); err != nil {
+			t.Fatal(err)
+		}
+		copied := e.fs.counters.CowCopiedBlocks.Load()
+		n, err := a.Pwrite(device.AlignedBuf(4096), 0, RWFAppend|RWFNoWait)
+		if !errors.Is(err, syscall.EAGAIN) {
+			t.Errorf("policy %v: NOWAIT append at a shared EOF: n=%d err=%v; want EAGAIN", pol, n, err)
+		}
+		if d := e.fs.counters.CowCopiedBlocks.Load() - copied; d != 0 {
+			t.Errorf("policy %v: the NOWAIT append copied %d shared blocks", pol, d)
+		}
+		// Without NOWAIT it copies and appends.
+		if _, err := a.Pwrite(device.AlignedBuf(4096), 0, RWFAppend); err != nil {
+			t.Fatalf("policy %v: append: %v", pol, err)
+		}
+	}
+}

@@ -12,10 +12,6 @@ import (
 // collapse and insert range, and the engine bugs the campaign found there
 // (doc.go, "Known engine bugs the generator steps around").
 
-func init() {
-	knownBugs["TestTargetedDirectAppendAtSharedEOF"] = "reflink: an O_DIRECT append of whole blocks at an EOF inside a shared block fails with EIO (directWrite routes an append by its length)"
-}
-
 // A clone between two files and one within a file, both copy-on-write
 // routes into the shared blocks (whole blocks O_DIRECT out of place;
 // sub-block direct, buffered and UNSHARE_RANGE copying first), a collapse
@@ -45,12 +41,11 @@ func TestTargetedCloneCrash(t *testing.T) {
 	crashAll(t, s, 32, 6, nil)
 }
 
-// Known bug: an O_DIRECT append of whole blocks at an EOF inside a shared
-// block fails with EIO. directWrite takes an append's route from its
-// length alone (the offset is EOF, unknown yet), so the aligned route
-// meets a partial shared block, which planWrite refuses to write in place;
-// the same write at the same offset without O_APPEND works. A shorter
-// append takes the sub-block route and copies first.
+// An O_DIRECT append of whole blocks at an EOF inside a shared block.
+// directWrite takes an append's route from its length alone (the offset
+// is EOF, unknown yet), so the aligned route meets a partial shared block,
+// which planWrite refuses to write in place: it failed with EIO until the
+// aligned route sent such an append to the sub-block route's copy.
 func TestTargetedDirectAppendAtSharedEOF(t *testing.T) {
 	c := newChecker(t)
 	for _, appendHow := range []string{"O_APPEND", "RWFAppend"} {

@@ -487,12 +487,6 @@ func (w *worker) genWrite(h int) Op {
 		// O_DIRECT one needs EOF aligned to the I/O unit).
 		op.Flags |= int(sluice.RWFAppend)
 	}
-	if bs := w.sh.blockSize; hd.direct && (hd.append || op.Flags&int(sluice.RWFAppend) != 0) &&
-		hd.fm.shares && hd.fm.size%bs != 0 && op.N%bs == 0 {
-		// Known engine bug (doc.go): an O_DIRECT append of whole blocks
-		// at an EOF inside a shared block fails with EIO.
-		op.N += SectorSize
-	}
 	return op
 }
 
