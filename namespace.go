@@ -184,6 +184,12 @@ func (fs *FS) create(parent Ino, name string, mode uint32, owner Owner, rdev uin
 	if err != nil {
 		return nil, false, err
 	}
+	if h, ok := fs.kv.(meta.EmptyHinter); ok && isDir(mode) {
+		// A new directory has no entries, and none can be made in it
+		// before fs.ns is released: lookups of names not yet created in
+		// it need not ask the store.
+		h.KnownEmpty(meta.DirentPrefix(rec.Ino))
+	}
 	in, err = fs.getInode(rec.Ino)
 	return in, true, err
 }

@@ -62,3 +62,13 @@ type Txn interface {
 	// Abort discards the writes. It is safe to call after Commit.
 	Abort()
 }
+
+// EmptyHinter is implemented by a KV that caches what it reads (etcdkv,
+// while it owns the volume). KnownEmpty tells it that no key in
+// [start, end) exists now and that none will but through its own commits,
+// so that a read there (a lookup of a name not yet created) can be answered
+// without asking the backend; the caller must know it (a directory it has
+// just created, its entries' range). A KV ignores what it cannot use.
+type EmptyHinter interface {
+	KnownEmpty(start, end []byte)
+}

@@ -36,6 +36,35 @@
 // Options.ScanPageSize keys, every page at the revision of the first, so a
 // scan sees one consistent state however long it runs.
 //
+// # Read cache
+//
+// While the KV owns the volume (from Acquire until the Owner is released
+// or lost), it is the prefix's only writer: every change reaches etcd
+// through its own commits. So it keeps what it read and wrote: KV.Get of a
+// key read or written before, and KV.Scan of a range read whole before
+// (and Get of a key absent from such a range), are answered from memory
+// without a round trip, and still see every commit that returned before
+// they started, as linearizable reads do. While a commit is in flight
+// (etcd may hold it already) none of its keys is served from memory; a
+// commit that succeeds writes its keys through, at its revision, before
+// it returns; a read from etcd
+// fills the cache only with what is newer than what the cache holds (a
+// commit may overtake it), and only if the cache was not emptied in the
+// meantime (its generation). The cache holds at most
+// Options.ReadCacheEntries keys; one that has no room for a fill empties
+// itself whole and starts a new generation, so that no complete range
+// loses keys and no fill read before a commit can put back the state the
+// commit replaced. It is emptied and turned off when the Owner is
+// released or lost, when a commit's outcome is unknown (it may yet be
+// applied), when a commit finds that another writer moved the owner's
+// guard, and at Close; and it serves nothing once the Owner's deadline has
+// passed (etcd not answering the keep-alives: the lease may have expired
+// and another host may write), until a keep-alive is answered again. A
+// caller that knows a range is empty (the engine, of a directory it has
+// just made) says so with KnownEmpty (meta.EmptyHinter), which makes it a
+// complete range. A Txn's reads and Snapshots always read etcd, at their
+// revision. The cache's hits are counted in Stats.CacheHits.
+//
 // # Transactions
 //
 // A Txn is optimistic and serializable. Its reads are made at one revision
@@ -97,12 +126,37 @@
 // that fails with anything but ErrConflict, ErrNotOwner, ErrTxnTooLarge or
 // "not applied" may or may not have been applied (the request may have
 // reached raft before the connection or the timeout ran out): the error
-// says "outcome unknown". That is what a commit in flight when the etcd
-// leader crashes gets: the followers forward it to the dead leader until
-// they elect another, and it is lost. Either way it was applied whole or
-// not at all and, with an Owner, only while this host owned the volume;
-// the engine shuts down on it, and the next open reads whichever state
-// etcd has. Only Get of an absent key returns meta.ErrNotFound.
+// says "outcome unknown". It was applied whole or not at all and, with an
+// Owner, only while this host owned the volume; the engine shuts down on
+// it, and the next open reads whichever state etcd has. An owned KV
+// resolves most such outcomes instead (next section). Only Get of an
+// absent key returns meta.ErrNotFound.
+//
+// # Outcomes
+//
+// A commit in flight when the member it went through stops, or when the
+// etcd leader crashes (the followers forward it to the dead leader until
+// they elect another), gets no answer. An owned KV makes every commit
+// apply at most once, so that it can send it again: the commits of an
+// Owner are serialized, each also writes LastOwnerKey (its value
+// unchanged), and each applies only if LastOwnerKey's mod revision is the
+// one the last commit known to apply left (the guard):
+//
+//	If(LeaseValue(owner) == lease, ModRevision(owner.last) == guard)
+//	Then(Txn(If(the reads' comparisons) Then(the writes, Put(owner.last))))
+//	Else(Get(owner), Get(owner.last))
+//
+// A commit whose attempt failed without an answer (a deadline, an
+// unavailable member, a stopped server, a leader lost mid-request) is sent
+// again, for up to one more RequestTimeout, until etcd answers: applied
+// now, or refused with the owner key still carrying the lease and the
+// guard moved, which says the first attempt was applied (at the guard's
+// revision), or a conflict, which says neither was. The first attempt
+// cannot apply later: the guard has moved, or moves with the second. So a
+// leader change costs a commit its election time, not the file system;
+// only a commit that finds no quorum for 2 x RequestTimeout fails with
+// "outcome unknown". A guard that moved with nothing unanswered (another
+// writer of the prefix) fails the commit with ErrConflict.
 //
 // # Ownership
 //

@@ -623,7 +623,7 @@ func TestOptions(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want := `etcdkv.Options{Endpoints: ["http://127.0.0.1:1"], Client: dial, TLS: false, Username: "", Password: none, Prefix: "v/", RequestTimeout: 5s, DialTimeout: 5s, MaxTxnOps: 128, MaxRequestBytes: 1572864, ScanPageSize: 1000}`
+	want := `etcdkv.Options{Endpoints: ["http://127.0.0.1:1"], Client: dial, TLS: false, Username: "", Password: none, Prefix: "v/", RequestTimeout: 5s, DialTimeout: 5s, MaxTxnOps: 128, MaxRequestBytes: 1572864, ScanPageSize: 1000, ReadCacheEntries: 131072}`
 	if got := o.String(); got != want {
 		t.Fatalf("String() = %s\nwant       %s", got, want)
 	}

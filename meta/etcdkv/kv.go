@@ -24,6 +24,8 @@ type KV struct {
 	// owner is the volume's Owner once Acquire took it: every commit is
 	// then conditional on it.
 	owner atomic.Pointer[Owner]
+	// cache serves Get while the KV owns the volume.
+	cache readCache
 	stats counters
 }
 
@@ -44,6 +46,7 @@ func Open(o Options) (*KV, error) {
 	}
 	o.Endpoints = append([]string(nil), o.Endpoints...)
 	kv := &KV{opts: o, client: o.Client, prefixEnd: clientv3.GetPrefixRangeEnd(o.Prefix)}
+	kv.cache.max = max(o.ReadCacheEntries, 0)
 	if kv.client == nil {
 		c, err := clientv3.New(clientv3.Config{
 			Endpoints:          o.Endpoints,
@@ -104,7 +107,7 @@ func (kv *KV) get(op string, key []byte, rev int64) (value []byte, modRev, readR
 	}
 	start := time.Now()
 	resp, err := kv.client.Get(ctx, kv.key(key), opts...)
-	kv.stats.observe(start, err)
+	kv.stats.observeRead(start, err)
 	if err != nil {
 		return nil, 0, 0, readError(op, key, rev, err)
 	}
@@ -136,7 +139,7 @@ func (kv *KV) scan(op string, start, end []byte, rev int64, fn func(*mvccpb.KeyV
 		}
 		start := time.Now()
 		resp, err := kv.client.Get(ctx, from, opts...)
-		kv.stats.observe(start, err)
+		kv.stats.observeRead(start, err)
 		cancel()
 		if err != nil {
 			return rev, readError(op, kv.strip([]byte(from)), rev, err)
@@ -160,9 +163,29 @@ func (kv *KV) scan(op string, start, end []byte, rev int64, fn func(*mvccpb.KeyV
 }
 
 // Get returns the value at key, or meta.ErrNotFound. It is a linearizable
-// read.
+// read: from etcd or, while the KV owns the volume, from the read cache.
 func (kv *KV) Get(key []byte) ([]byte, error) {
-	v, mod, _, err := kv.get("get", key, 0)
+	k := kv.key(key)
+	if reserved(key) {
+		v, mod, _, err := kv.get("get", key, 0)
+		return found(v, mod, err)
+	}
+	v, hit, gen := kv.cache.get(k)
+	if hit && !kv.cacheExpired() {
+		kv.stats.cacheHits.Add(1)
+		if v == nil {
+			return nil, meta.ErrNotFound
+		}
+		return v, nil
+	}
+	v, mod, rev, err := kv.get("get", key, 0)
+	if err == nil {
+		var cached []byte
+		if mod != 0 {
+			cached = bytes.Clone(v)
+		}
+		kv.cache.fill(gen, k, cached, rev)
+	}
 	return found(v, mod, err)
 }
 
@@ -180,11 +203,69 @@ func found(v []byte, modRev int64, err error) ([]byte, error) {
 
 // Scan calls fn for each key in [start, end) (nil end: to the end of the
 // volume's keys) in ascending order, all read at one revision.
+// While the KV owns the volume, a range it read whole before is served
+// from the read cache.
 func (kv *KV) Scan(start, end []byte, fn func(key, value []byte) error) error {
-	_, err := kv.scan("scan", start, end, 0, func(e *mvccpb.KeyValue) error {
-		return fn(kv.strip(e.Key), e.Value)
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return nil
+	}
+	from, to := kv.key(start), kv.rangeEnd(end)
+	es, hit, on, gen := kv.cache.scan(from, to)
+	if hit && !kv.cacheExpired() {
+		kv.stats.cacheHits.Add(1)
+		for _, e := range es {
+			if err := fn(kv.strip([]byte(e.key)), e.value); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// What the scan read, to fill the cache with if it reads the range
+	// whole (and not too much of it).
+	var got []cacheEntry
+	whole := on
+	rev, err := kv.scan("scan", start, end, 0, func(e *mvccpb.KeyValue) error {
+		if whole {
+			v := e.Value
+			if v == nil {
+				v = []byte{}
+			}
+			got = append(got, cacheEntry{key: string(e.Key), value: bytes.Clone(v)})
+			whole = len(got) <= kv.cache.max/2
+		}
+		if err := fn(kv.strip(e.Key), e.Value); err != nil {
+			whole = false
+			return err
+		}
+		return nil
 	})
+	if err == nil && whole && rev != 0 {
+		kv.cache.fillRange(gen, from, to, got, rev)
+	}
 	return err
+}
+
+var _ meta.EmptyHinter = (*KV)(nil)
+
+// cacheExpired reports whether the ownership the read cache rests on is
+// no longer provably held: past the Owner's deadline (last keep-alive
+// answer + TTL - margin), as when etcd stops answering, the lease may have
+// expired and another host may write, so reads go to etcd (and fail there
+// while it does not answer), as the fence makes data I/O fail.
+func (kv *KV) cacheExpired() bool {
+	o := kv.owner.Load()
+	return o == nil || !time.Now().Before(o.Deadline())
+}
+
+// KnownEmpty records in the read cache, while the KV owns the volume, that
+// no key in [start, end) exists (meta.EmptyHinter): a Get there is then
+// answered from memory. The caller must know it: the owner is the only
+// writer, and the range must be empty after every commit that returned.
+func (kv *KV) KnownEmpty(start, end []byte) {
+	if end != nil && bytes.Compare(start, end) >= 0 {
+		return
+	}
+	kv.cache.knownEmpty(kv.key(start), kv.rangeEnd(end))
 }
 
 // NewTxn starts an optimistic, serializable transaction (see the package
@@ -199,7 +280,7 @@ func (kv *KV) Snapshot() meta.Snapshot {
 	defer cancel()
 	start := time.Now()
 	resp, err := kv.client.Get(ctx, kv.opts.Prefix, clientv3.WithCountOnly())
-	kv.stats.observe(start, err)
+	kv.stats.observeRead(start, err)
 	if err != nil {
 		return &snapshot{kv: kv, err: opError("snapshot", nil, err)}
 	}
@@ -219,6 +300,7 @@ func (kv *KV) Close() error {
 	if o := kv.owner.Load(); o != nil {
 		o.stopLoop()
 	}
+	kv.cache.disable()
 	if !kv.ownClient {
 		return nil
 	}

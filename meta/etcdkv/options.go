@@ -53,6 +53,11 @@ type Options struct {
 	// ScanPageSize is how many keys one range request of a Scan returns.
 	// The default value is 1000.
 	ScanPageSize int
+	// ReadCacheEntries bounds the read cache, which serves Get while the
+	// KV owns the volume (see "Read cache" in the package doc): at most
+	// this many keys, the first dropped to make room. A negative
+	// value turns the cache off. The default value is 131072.
+	ReadCacheEntries int
 	// Logger receives the etcd client's log. The default value is a logger
 	// that drops everything (failures reach the caller as errors).
 	Logger *zap.Logger
@@ -60,11 +65,12 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultRequestTimeout  = 5 * time.Second
-	DefaultDialTimeout     = 5 * time.Second
-	DefaultMaxTxnOps       = 128
-	DefaultMaxRequestBytes = 3 << 19 // 1.5 MiB
-	DefaultScanPageSize    = 1000
+	DefaultRequestTimeout   = 5 * time.Second
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultMaxTxnOps        = 128
+	DefaultMaxRequestBytes  = 3 << 19 // 1.5 MiB
+	DefaultScanPageSize     = 1000
+	DefaultReadCacheEntries = 1 << 17
 )
 
 // EnsureDefaults fills in the default value of every unset field and
@@ -84,6 +90,9 @@ func (o *Options) EnsureDefaults() *Options {
 	}
 	if o.ScanPageSize == 0 {
 		o.ScanPageSize = DefaultScanPageSize
+	}
+	if o.ReadCacheEntries == 0 {
+		o.ReadCacheEntries = DefaultReadCacheEntries
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
@@ -138,6 +147,6 @@ func (o *Options) String() string {
 	if o.Password != "" {
 		password = "(set)"
 	}
-	return fmt.Sprintf("etcdkv.Options{Endpoints: %q, Client: %s, TLS: %v, Username: %q, Password: %s, Prefix: %q, RequestTimeout: %v, DialTimeout: %v, MaxTxnOps: %d, MaxRequestBytes: %d, ScanPageSize: %d}",
-		o.Endpoints, client, o.TLS != nil, o.Username, password, o.Prefix, o.RequestTimeout, o.DialTimeout, o.MaxTxnOps, o.MaxRequestBytes, o.ScanPageSize)
+	return fmt.Sprintf("etcdkv.Options{Endpoints: %q, Client: %s, TLS: %v, Username: %q, Password: %s, Prefix: %q, RequestTimeout: %v, DialTimeout: %v, MaxTxnOps: %d, MaxRequestBytes: %d, ScanPageSize: %d, ReadCacheEntries: %d}",
+		o.Endpoints, client, o.TLS != nil, o.Username, password, o.Prefix, o.RequestTimeout, o.DialTimeout, o.MaxTxnOps, o.MaxRequestBytes, o.ScanPageSize, o.ReadCacheEntries)
 }

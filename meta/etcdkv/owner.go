@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // The keys the KV reserves under a volume's prefix for its ownership (see
@@ -74,13 +75,29 @@ type Holder struct {
 	// Released is when the holder released the volume cleanly
 	// (LastOwnerKey only).
 	Released time.Time `json:"released,omitzero"`
-	// Lease is the ID of the holder's etcd lease and TTLLeft its
-	// remaining time to live when it was read, in whole seconds rounded
-	// down as etcd reports it; neither is stored in the value (OwnerOf
-	// fills them in from etcd).
+	// Lease is the ID of the holder's etcd lease. It is stored in the
+	// value, so that LastOwnerKey names the lease of the volume's latest
+	// owner after that lease is gone (Previous; a caller derives names
+	// from it, such as package volume's persistent reservation key); 0
+	// in a record written before it was stored, and in mkfs's. For the
+	// owner key, etcd's word (the lease the key carries) wins over the
+	// value's. TTLLeft is the lease's remaining time to live when it was
+	// read, in whole seconds rounded down as etcd reports it; it is not
+	// stored in the value (OwnerOf fills it in from etcd).
 	Lease   int64         `json:"lease,omitempty"`
 	TTLLeft time.Duration `json:"ttl_left_ns,omitempty"`
+	// Prior are the leases of the owners before this one, newest first
+	// (at most MaxPriorLeases), as LastOwnerKey named them when this
+	// holder acquired the volume (its Lease, then its Prior). etcdkv does
+	// not use them: they tell a caller which names derived from an
+	// earlier owner's lease may still be in use, such as a reservation
+	// that an owner took before a later one crashed without taking it
+	// over (package volume).
+	Prior []int64 `json:"prior_leases,omitempty"`
 }
+
+// MaxPriorLeases bounds Holder.Prior.
+const MaxPriorLeases = 8
 
 // String describes h in a few words: "pid 1234 on host a, mounted on /mnt
 // since 2025-01-02T15:04:05Z".
@@ -103,7 +120,9 @@ func decodeHolder(e *mvccpb.KeyValue) *Holder {
 	if err := json.Unmarshal(e.Value, h); err != nil {
 		h.Host = fmt.Sprintf("? (undecodable owner value %q)", e.Value)
 	}
-	h.Lease = e.Lease
+	if e.Lease != 0 {
+		h.Lease = e.Lease
+	}
 	return h
 }
 
@@ -157,6 +176,18 @@ type Owner struct {
 	margin   time.Duration    // Immutable.
 	acquired time.Time        // Immutable.
 	previous *Holder          // LastOwnerKey at the acquisition, or nil. Immutable.
+	// lastKey is LastOwnerKey's etcd key and lastValue what Acquire wrote
+	// there; every commit writes it again, as its guard. Immutable.
+	lastKey, lastValue string
+
+	// commit serializes the owned commits of the KV.
+	commit struct {
+		sync.Mutex
+		// guardRev is LastOwnerKey's mod revision after the last commit
+		// known to apply (or the acquisition): the next commit applies
+		// only if it is unchanged (see "Outcomes" in the package doc).
+		guardRev int64
+	}
 
 	// stop ends the keep-alive goroutine, which closes done.
 	stop     chan struct{}
@@ -265,19 +296,50 @@ func (kv *KV) tryAcquire(o *OwnerOptions, h Holder) (*Owner, *Holder, int64, err
 		margin = ttl / 5
 	}
 	h.TTL, h.Margin = ttl, min(margin, ttl)
-	value, err := json.Marshal(&h)
-	if err != nil {
-		kv.revoke(grant.ID)
-		return nil, nil, 0, err
-	}
+	h.Lease = int64(grant.ID)
 	key, last := kv.key([]byte(OwnerKey)), kv.key([]byte(LastOwnerKey))
-	start := time.Now()
-	resp, err := kv.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID)), clientv3.OpGet(last), clientv3.OpPut(last, string(value))).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	kv.stats.observe(start, err)
+	var (
+		resp  *clientv3.TxnResponse
+		value []byte
+	)
+	for {
+		// LastOwnerKey is read first, for Prior, and the creation of the
+		// owner key compares its mod revision: it changes only when
+		// another host acquires or releases the volume, or mkfs marks it.
+		start := time.Now()
+		g, gerr := kv.client.Get(ctx, last)
+		kv.stats.observe(start, gerr)
+		if gerr != nil {
+			kv.revoke(grant.ID)
+			return nil, nil, 0, opError("acquire", []byte(LastOwnerKey), gerr)
+		}
+		lastRev := int64(0)
+		h.Prior = nil
+		if len(g.Kvs) > 0 {
+			lastRev = g.Kvs[0].ModRevision
+			if p := decodeHolder(g.Kvs[0]); p.Lease != 0 {
+				h.Prior = append([]int64{p.Lease}, p.Prior...)
+			} else {
+				h.Prior = p.Prior
+			}
+			h.Prior = h.Prior[:min(len(h.Prior), MaxPriorLeases)]
+		}
+		if value, err = json.Marshal(&h); err != nil {
+			kv.revoke(grant.ID)
+			return nil, nil, 0, err
+		}
+		start = time.Now()
+		resp, err = kv.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), clientv3.Compare(clientv3.ModRevision(last), "=", lastRev)).
+			Then(clientv3.OpPut(key, string(value), clientv3.WithLease(grant.ID)), clientv3.OpGet(last), clientv3.OpPut(last, string(value))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		kv.stats.observe(start, err)
+		if err == nil && !resp.Succeeded && len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			continue // LastOwnerKey moved, the volume is free: read it again
+		}
+		break
+	}
 	if err != nil || !resp.Succeeded {
 		// Revoking the lease deletes the key too if the transaction was
 		// applied after all.
@@ -291,27 +353,30 @@ func (kv *KV) tryAcquire(o *OwnerOptions, h Holder) (*Owner, *Holder, int64, err
 		}
 		return nil, decodeHolder(kvs[0]), resp.Header.Revision, nil
 	}
-	h.Lease = int64(grant.ID)
 	var prev *Holder
 	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 		prev = decodeHolder(kvs[0])
 	}
 	own := &Owner{
-		kv:       kv,
-		id:       grant.ID,
-		key:      key,
-		holder:   h,
-		ttl:      h.TTL,
-		margin:   h.Margin,
-		acquired: time.Now(),
-		previous: prev,
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		lost:     make(chan struct{}),
+		kv:        kv,
+		id:        grant.ID,
+		key:       key,
+		holder:    h,
+		ttl:       h.TTL,
+		margin:    h.Margin,
+		acquired:  time.Now(),
+		previous:  prev,
+		lastKey:   last,
+		lastValue: string(value),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		lost:      make(chan struct{}),
 	}
+	own.commit.guardRev = resp.Header.Revision
 	own.mu.deadline = sent.Add(ttl - own.margin)
 	own.mu.renewed = sent
 	kv.owner.Store(own)
+	kv.cache.enable()
 	go own.run()
 	return own, nil, 0, nil
 }
@@ -385,8 +450,8 @@ func (o *Owner) Acquired() time.Time { return o.acquired }
 func (o *Owner) Clean() bool { return o.previous != nil && !o.previous.Released.IsZero() }
 
 // Previous returns the volume's previous owner as LastOwnerKey said at the
-// acquisition (its terms, and whether it released the volume), or nil for
-// a volume that never recorded one.
+// acquisition (its terms, its lease's ID if recorded, and whether it
+// released the volume), or nil for a volume that never recorded one.
 func (o *Owner) Previous() *Holder {
 	if o.previous == nil {
 		return nil
@@ -484,6 +549,7 @@ func (o *Owner) lose(err error) {
 	o.mu.err = err
 	close(o.lost)
 	o.mu.Unlock()
+	o.kv.cache.disable()
 	o.notify()
 }
 
@@ -589,10 +655,11 @@ func (o *Owner) release(clean bool) error {
 	if already {
 		return nil
 	}
+	o.kv.cache.disable()
 	var err error
 	if lostErr == nil && clean {
 		h := o.holder
-		h.Lease, h.Released = 0, time.Now().UTC().Truncate(time.Second)
+		h.Released = time.Now().UTC().Truncate(time.Second) // h.Lease stays: the next owner's Previous
 		value, _ := json.Marshal(&h)
 		ctx, cancel := o.kv.ctx()
 		start := time.Now()
@@ -673,15 +740,53 @@ func (o *Owner) cmp() clientv3.Cmp {
 	return clientv3.Compare(clientv3.LeaseValue(o.key), "=", int64(o.id))
 }
 
+// guardCmp is the comparison that makes a commit of an owned KV apply at
+// most once, however often it is sent: LastOwnerKey has not changed since
+// the last commit known to apply, each of which writes it (guardPut).
+//
+// Preconditions: o.commit is held.
+func (o *Owner) guardCmp() clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(o.lastKey), "=", o.commit.guardRev)
+}
+
+// guardPut writes LastOwnerKey again, as it is: its mod revision becomes
+// the commit's.
+func (o *Owner) guardPut() clientv3.Op { return clientv3.OpPut(o.lastKey, o.lastValue) }
+
+// refusal reads a commit refused by the owner's comparisons: whether the
+// owner key still carries the lease (then the guard moved), and
+// LastOwnerKey's mod revision.
+func (o *Owner) refusal(resp *clientv3.TxnResponse) (ours bool, lastRev int64) {
+	if len(resp.Responses) < 2 {
+		return false, 0
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		ours = kvs[0].Lease == int64(o.id)
+	}
+	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		lastRev = kvs[0].ModRevision
+	}
+	return ours, lastRev
+}
+
 // wrap returns the request etcd receives for a commit inner of an owned
-// KV, to check its size: inner nested in the owner's comparison, reading
-// the owner key otherwise.
+// KV, to check its size: inner, with the guard's write, nested in the
+// owner's and the guard's comparisons, reading the owner key and
+// LastOwnerKey otherwise.
+//
+// Preconditions: o.commit is held.
 func (o *Owner) wrap(inner *pb.TxnRequest) *pb.TxnRequest {
-	c := o.cmp()
+	c, g := o.cmp(), o.guardCmp()
+	in := proto.Clone(inner).(*pb.TxnRequest)
+	in.Success = append(in.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{
+		RequestPut: &pb.PutRequest{Key: []byte(o.lastKey), Value: []byte(o.lastValue)}}})
+	get := func(k string) *pb.RequestOp {
+		return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(k)}}}
+	}
 	return &pb.TxnRequest{
-		Compare: []*pb.Compare{c.GetCompare()},
-		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: inner}}},
-		Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(o.key)}}}},
+		Compare: []*pb.Compare{c.GetCompare(), g.GetCompare()},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: in}}},
+		Failure: []*pb.RequestOp{get(o.key), get(o.lastKey)},
 	}
 }
 

@@ -438,3 +438,55 @@ func TestTransient(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnedCommitAtMostOnce: an owned commit sent twice (as Commit sends
+// one again after an attempt that got no answer) applies once: the second
+// is refused by the guard with the owner key still carrying the lease,
+// which says the first was applied, at the guard's revision. A commit
+// whose guard moved with nothing unanswered (another writer of
+// LastOwnerKey) fails with ErrConflict, writing nothing, and the next one
+// goes through.
+func TestOwnedCommitAtMostOnce(t *testing.T) {
+	kv := open(t, Options{})
+	own := acquire(t, kv, "/mnt/once")
+	defer own.Release()
+	tx := kv.NewTxn().(*txn)
+	tx.Set([]byte("k"), []byte("1"))
+	own.commit.Lock()
+	cmps, ops, _ := tx.request()
+	first, _, err := tx.send(context.Background(), own, cmps, ops)
+	if err != nil || !first.Succeeded {
+		own.commit.Unlock()
+		t.Fatalf("first send: %+v, %v", first, err)
+	}
+	again, _, err := tx.send(context.Background(), own, cmps, ops)
+	own.commit.Unlock()
+	if err != nil || again.Succeeded {
+		t.Fatalf("the same commit sent again: %+v, %v; want it refused by the guard", again, err)
+	}
+	if ours, rev := own.refusal(again); !ours || rev != first.Header.Revision {
+		t.Fatalf("refusal: owner key ours %v, guard at revision %d; want ours, at the first send's %d", ours, rev, first.Header.Revision)
+	}
+	c := admin(t)
+	resp, err := c.Get(context.Background(), kv.key([]byte("k")))
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Version != 1 {
+		t.Fatalf("k after two sends: %+v, %v; want written once", resp, err)
+	}
+
+	own.commit.Lock()
+	own.commit.guardRev = first.Header.Revision // what Commit records
+	own.commit.Unlock()
+	set(t, kv, "k", "2")
+	if _, err := c.Put(context.Background(), kv.key([]byte(LastOwnerKey)), "{}"); err != nil {
+		t.Fatal(err)
+	}
+	tx2 := kv.NewTxn()
+	tx2.Set([]byte("k"), []byte("3"))
+	if err := tx2.Commit(false); !errors.Is(err, ErrConflict) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("commit after another writer moved the guard: %v, want ErrConflict", err)
+	}
+	if v, err := kv.Get([]byte("k")); err != nil || string(v) != "2" {
+		t.Fatalf("k = %q, %v; want 2 (the refused commit wrote nothing)", v, err)
+	}
+	set(t, kv, "k", "4")
+}

@@ -35,8 +35,18 @@ type Stats struct {
 	// host's lease (ErrNotOwner).
 	Commits, Conflicts, NotOwner uint64
 	// Retries counts the commits sent again after the cluster refused them
-	// before proposing them to raft (no leader, a dropped proposal).
+	// before proposing them to raft (no leader, a dropped proposal), or,
+	// for an owned KV, after an attempt that got no answer ("Outcomes" in
+	// the package doc).
 	Retries uint64
+	// Reads counts the round trips that read keys (Get, a Scan's pages,
+	// a Snapshot's revision, a Txn's reads); CommitRequests those that
+	// sent a commit (each send). The rest of Requests are the lease's
+	// (grants, keep-alives, the owner's checks) and health checks.
+	Reads, CommitRequests uint64
+	// CacheHits counts the Gets and Scans served by the read cache,
+	// without a round trip.
+	CacheHits uint64
 }
 
 // counters are a KV's Stats, updated atomically on the request path.
@@ -45,6 +55,19 @@ type counters struct {
 	latency                             [15]atomic.Uint64
 	latencySum                          atomic.Int64
 	commits, conflicts, notOwner, retry atomic.Uint64
+	reads, commitRequests, cacheHits    atomic.Uint64
+}
+
+// observeRead counts one round trip that read keys.
+func (c *counters) observeRead(start time.Time, err error) {
+	c.reads.Add(1)
+	c.observe(start, err)
+}
+
+// observeCommit counts one round trip that sent a commit.
+func (c *counters) observeCommit(start time.Time, err error) {
+	c.commitRequests.Add(1)
+	c.observe(start, err)
 }
 
 // observe counts one round trip that started at start.
@@ -73,6 +96,10 @@ func (kv *KV) Stats() Stats {
 		Conflicts:  c.conflicts.Load(),
 		NotOwner:   c.notOwner.Load(),
 		Retries:    c.retry.Load(),
+
+		Reads:          c.reads.Load(),
+		CommitRequests: c.commitRequests.Load(),
+		CacheHits:      c.cacheHits.Load(),
 	}
 	for i := range s.Latency {
 		s.Latency[i] = c.latency[i].Load()

@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -228,6 +230,16 @@ func (t *txn) Commit(sync bool) error {
 			return opError("commit", nil, fmt.Errorf("%w; nothing written", err))
 		}
 	}
+	if own != nil {
+		// One owned commit at a time: each is guarded by the last
+		// (see "Outcomes" in the package doc).
+		own.commit.Lock()
+		defer own.commit.Unlock()
+		var keys []string // sorted: t.writes is
+		t.writes.Ascend(func(w write) bool { keys = append(keys, kv.opts.Prefix+w.key); return true })
+		kv.cache.begin(keys)
+		defer kv.cache.end()
+	}
 	cmps, ops, inner := t.request()
 	req, maxOps := inner, kv.opts.MaxTxnOps
 	if own != nil {
@@ -242,6 +254,12 @@ func (t *txn) Commit(sync bool) error {
 	// than queueing it until the timeout), and send tries again: the
 	// outcome of a refused commit is known.
 	resp, attempts, err := t.send(clientv3.WithRequireLeader(ctx), own, cmps, ops)
+	resolving := own != nil && unanswered(err)
+	if resolving {
+		var more int
+		resp, more, err = t.resolve(own, cmps, ops, err)
+		attempts += more
+	}
 	kv.stats.retry.Add(uint64(attempts - 1))
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps):
@@ -253,17 +271,48 @@ func (t *txn) Commit(sync bool) error {
 	case notProposed(err):
 		return opError("commit", nil, fmt.Errorf("not applied, refused before raft %d times: %w", attempts, err))
 	case err != nil:
+		// The commit may yet be applied: what the cache holds of its
+		// keys can no longer be trusted.
+		kv.cache.disable()
 		return opError("commit", nil, fmt.Errorf("outcome unknown: %w", err))
 	case own != nil && !resp.Succeeded:
-		kv.stats.notOwner.Add(1)
-		lost := fmt.Errorf("%w: %s", ErrNotOwner, own.describeLoss(resp))
-		own.lose(lost)
-		return opError("commit", nil, fmt.Errorf("%w; nothing written", lost))
+		ours, rev := own.refusal(resp)
+		switch {
+		case ours && resolving:
+			// The guard moved while the owner key carries the lease:
+			// the attempt whose outcome was unknown was applied, at rev.
+			resp.Header.Revision = rev
+		case ours:
+			// Another writer changed the volume: the cache, which
+			// rests on there being none, can no longer be trusted.
+			kv.cache.disable()
+			kv.stats.conflicts.Add(1)
+			err := fmt.Errorf("%w: the volume changed at revision %d, after this owner's last commit known to apply (revision %d); nothing written",
+				ErrConflict, rev, own.commit.guardRev)
+			own.commit.guardRev = rev
+			return opError("commit", nil, err)
+		default:
+			kv.stats.notOwner.Add(1)
+			lost := fmt.Errorf("%w: %s", ErrNotOwner, own.describeLoss(resp))
+			own.lose(lost)
+			if resolving && rev != own.commit.guardRev {
+				return opError("commit", nil, fmt.Errorf("outcome unknown (sent again after an attempt without an answer, and the volume changed hands): %w", lost))
+			}
+			return opError("commit", nil, fmt.Errorf("%w; nothing written", lost))
+		}
 	case own != nil && !resp.Responses[0].GetResponseTxn().Succeeded, own == nil && !resp.Succeeded:
 		kv.stats.conflicts.Add(1)
 		return opError("commit", nil, fmt.Errorf("%w (read at revision %d, refused at revision %d)", ErrConflict, t.rev, resp.Header.Revision))
 	}
 	kv.stats.commits.Add(1)
+	if own != nil {
+		own.commit.guardRev = resp.Header.Revision
+	}
+	if own != nil {
+		var ws []write
+		t.writes.Ascend(func(w write) bool { ws = append(ws, w); return true })
+		kv.cache.committed(ws, kv.opts.Prefix, resp.Header.Revision)
+	}
 	return nil
 }
 
@@ -278,12 +327,12 @@ func (t *txn) send(ctx context.Context, own *Owner, cmps []clientv3.Cmp, ops []c
 			resp, err = t.kv.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		} else {
 			resp, err = t.kv.client.Txn(ctx).
-				If(own.cmp()).
-				Then(clientv3.OpTxn(cmps, ops, nil)).
-				Else(clientv3.OpGet(own.key)).
+				If(own.cmp(), own.guardCmp()).
+				Then(clientv3.OpTxn(cmps, append(slices.Clip(ops), own.guardPut()), nil)).
+				Else(clientv3.OpGet(own.key), clientv3.OpGet(own.lastKey)).
 				Commit()
 		}
-		t.kv.stats.observe(start, err)
+		t.kv.stats.observeCommit(start, err)
 		if !notProposed(err) || attempts == maxCommitAttempts {
 			return resp, attempts, err
 		}
@@ -293,6 +342,61 @@ func (t *txn) send(ctx context.Context, own *Owner, cmps []clientv3.Cmp, ops []c
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
+	}
+}
+
+// unanswered reports whether a commit's attempt failed without etcd saying
+// whether it was applied: anything but a refusal before raft (no leader),
+// a refusal of the request itself (too large, invalid, not permitted, no
+// space) or success. A deadline, a member unreachable or stopping, a
+// leader lost mid-request are such failures.
+func unanswered(err error) bool {
+	if err == nil || notProposed(err) || errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge) {
+		return false
+	}
+	code := codes.Unknown
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		code = ee.Code()
+	} else if s, ok := status.FromError(err); ok {
+		code = s.Code()
+	}
+	switch code {
+	case codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated, codes.FailedPrecondition, codes.ResourceExhausted, codes.OutOfRange:
+		return false
+	}
+	return true
+}
+
+// resolve sends again, for up to RequestTimeout, an owned commit whose
+// first attempt failed with err without an answer (the member it went
+// through stopped, or the leader it was forwarded to died, or the
+// deadline passed), until etcd answers: the owner's guard makes the
+// commit apply at most once, so the answer says whether it is applied
+// (now, or by the first attempt: the guard moved while the owner key
+// still carries the lease). An attempt may itself be forwarded to a
+// leader that just died (its followers have not noticed yet), so the
+// first attempts wait RequestTimeout/4, each later one twice as long. If
+// etcd does not answer in time, it returns err, still of unknown outcome,
+// with the last attempt's error.
+func (t *txn) resolve(own *Owner, cmps []clientv3.Cmp, ops []clientv3.Op, err error) (*clientv3.TxnResponse, int, error) {
+	ctx, cancel := t.kv.ctx()
+	defer cancel()
+	attempts, backoff, wait := 0, 20*time.Millisecond, t.kv.opts.RequestTimeout/4
+	for {
+		actx, acancel := context.WithTimeout(ctx, wait)
+		resp, n, last := t.send(clientv3.WithRequireLeader(actx), own, cmps, ops)
+		acancel()
+		attempts += n
+		if last == nil || !unanswered(last) && !notProposed(last) {
+			return resp, attempts, last
+		}
+		select {
+		case <-ctx.Done():
+			return nil, attempts, fmt.Errorf("%w; sent again %d times for %v: %v", err, attempts, t.kv.opts.RequestTimeout, last)
+		case <-time.After(backoff):
+		}
+		backoff, wait = min(2*backoff, 200*time.Millisecond), 2*wait
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -194,6 +195,16 @@ func (c *Cluster) Endpoints() []string {
 	return eps
 }
 
+// URL returns the etcd:// URL of a volume's metadata under prefix on the
+// cluster (what `sluice mkfs --meta` takes).
+func (c *Cluster) URL(prefix string) string {
+	var hosts []string
+	for _, ep := range c.Endpoints() {
+		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
+	}
+	return "etcd://" + strings.Join(hosts, ",") + "/" + prefix
+}
+
 // Members returns the number of members.
 func (c *Cluster) Members() int { return len(c.members) }
 
@@ -309,6 +320,10 @@ type Lazy struct {
 	dir     string
 	cluster *Cluster
 	err     error
+
+	clientOnce sync.Once
+	client     *clientv3.Client
+	clientErr  error
 }
 
 // Get returns the cluster, starting it on the first call; a start that
@@ -327,8 +342,36 @@ func (l *Lazy) Get(tb testing.TB) *Cluster {
 	return l.cluster
 }
 
-// Close stops the cluster if Get started it and removes its data.
+// Client returns one client of the cluster for the whole test binary,
+// started (with the cluster) on the first call, so that many volumes share
+// one connection: each gives its KV the client and a prefix of its own.
+// Its messages may be as large as Options.MaxRequestBytes. Close closes
+// it.
+func (l *Lazy) Client(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	c := l.Get(tb)
+	l.clientOnce.Do(func() {
+		o := l.Options
+		o.ensureDefaults()
+		l.client, l.clientErr = clientv3.New(clientv3.Config{
+			Endpoints:          c.Endpoints(),
+			DialTimeout:        5 * time.Second,
+			MaxCallSendMsgSize: int(o.MaxRequestBytes) + 1<<20, // room for gRPC's framing
+			Logger:             zap.NewNop(),
+		})
+	})
+	if l.clientErr != nil {
+		tb.Fatalf("etcd client: %v", l.clientErr)
+	}
+	return l.client
+}
+
+// Close closes the client and stops the cluster if they were started, and
+// removes the cluster's data.
 func (l *Lazy) Close() {
+	if l.client != nil {
+		l.client.Close()
+	}
 	if l.cluster != nil {
 		l.cluster.Close()
 	}
