@@ -442,11 +442,13 @@ func openLocked(dir string, dfi os.FileInfo, o OpenOptions, onEtcd bool, eo *Etc
 	var kv meta.KV
 	var owner *etcdkv.Owner
 	if onEtcd {
-		ekv, err := openEtcd(eo)
-		if err != nil {
-			return nil, fmt.Errorf("volume %s: %w", dir, err)
+		ekv, oerr := openEtcd(eo)
+		if oerr != nil {
+			return nil, fmt.Errorf("volume %s: %w", dir, oerr)
 		}
 		kv = ekv
+		// On the named result err: a later failure (the device, the
+		// header, the reservation) gives the ownership back too.
 		defer func() {
 			if err != nil {
 				if owner != nil {
@@ -495,7 +497,12 @@ func openLocked(dir string, dfi os.FileInfo, o OpenOptions, onEtcd bool, eo *Etc
 		v.MetaURL = eo.URL
 	}
 	if owner != nil {
-		v.Owner = owner
+		res, err := reserve(dataPath(dir), owner, o.Lease.ReservationIoctl)
+		if err != nil {
+			dev.Close()
+			return nil, fmt.Errorf("volume %s: %w", dir, err)
+		}
+		v.Owner, v.Reservation = owner, res
 		v.Fence = fence(dev, owner, o.Lease)
 		v.Dev = v.Fence
 	}

@@ -42,12 +42,7 @@ var prefixSeq atomic.Int64
 // metaURL returns an etcd:// URL of the shared cluster under a prefix of
 // its own.
 func metaURL(t *testing.T) string {
-	c := cluster.Get(t)
-	var hosts []string
-	for _, ep := range c.Endpoints() {
-		hosts = append(hosts, strings.TrimPrefix(ep, "http://"))
-	}
-	return fmt.Sprintf("etcd://%s/test/%s/%d", strings.Join(hosts, ","), strings.ReplaceAll(t.Name(), "/", "-"), prefixSeq.Add(1))
+	return cluster.Get(t).URL(fmt.Sprintf("test/%s/%d", strings.ReplaceAll(t.Name(), "/", "-"), prefixSeq.Add(1)))
 }
 
 // buffered: t.TempDir may be on a file system without O_DIRECT.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/device/blockpr"
 	"github.com/sluicefs/sluice/device/fencedev"
 	"github.com/sluicefs/sluice/meta/etcdkv"
 )
@@ -46,6 +48,11 @@ type LeaseOptions struct {
 	// OnWait, if set, is called when a standby starts waiting for a
 	// holder. The default value is nil.
 	OnWait func(holder etcdkv.Holder)
+	// ReservationIoctl is the ioctl that the data device's persistent
+	// reservation commands go through (see "One host at a time" in the
+	// package doc); tests set a fake (blockprtest.Target.Ioctl). The
+	// default value is nil: blockpr.Sys, the kernel's.
+	ReservationIoctl blockpr.Ioctl
 }
 
 // Validate reports every problem with o at once.
@@ -146,6 +153,12 @@ type EtcdStatus struct {
 	Endpoints []etcdkv.EndpointStatus `json:"endpoints"`
 	// Owner is the host that owns the volume, or nil.
 	Owner *etcdkv.Holder `json:"owner"`
+	// Reservation says what is known here of the data device's
+	// persistent reservation: this process's own (Volume.Reservation)
+	// when it owns the volume; otherwise, for an image file, that there
+	// is none, and for a block device, the owner's key (its lease), which
+	// the owner holds if the device has pr_ops (its mount says which).
+	Reservation string `json:"reservation"`
 }
 
 // EtcdStatus asks every etcd endpoint of the volume for its status and
@@ -161,5 +174,23 @@ func (v *Volume) EtcdStatus() (*EtcdStatus, error) {
 		return s, err
 	}
 	s.Owner = h
+	s.Reservation = v.reservationStatus(h)
 	return s, nil
+}
+
+// reservationStatus describes the data device's reservation for
+// EtcdStatus, owner being the volume's holder (nil: none).
+func (v *Volume) reservationStatus(owner *etcdkv.Holder) string {
+	if v.Reservation != nil {
+		return v.Reservation.String()
+	}
+	if v.Dir != "" {
+		if fi, err := os.Stat(dataPath(v.Dir)); err == nil && fi.Mode().IsRegular() {
+			return "unsupported by device (an image file)"
+		}
+	}
+	if owner == nil || owner.Lease == 0 {
+		return "none (not mounted)"
+	}
+	return fmt.Sprintf("key %#x if the device has pr_ops (the owner's mount says whether it holds it)", uint64(owner.Lease))
 }

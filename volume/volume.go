@@ -48,6 +48,20 @@
 //     submitted once the lease may have expired; the fence closes for
 //     good when the lease is lost.
 //
+// Where the data device has persistent reservations (package
+// device/blockpr: a SCSI or NVMe LUN), the ownership also takes one
+// (Volume.Reservation): Open registers a key derived from the ownership's
+// etcd lease ID (recorded in the owner key and LastOwnerKey, the earlier
+// owners' as etcdkv.Holder.Prior), reserves Write Exclusive, and, if an
+// earlier owner's key holds the reservation, preempts it with PREEMPT AND
+// ABORT, so that the device refuses that host's writes from then on; a
+// preemption the device refuses fails Open (nothing is written). Close,
+// after the last request of an ownership not lost, releases the
+// reservation and unregisters the key. A device without them (an image
+// file: ENOTTY; a loop device: EOPNOTSUPP; a partition) is used without,
+// and Volume.Reservation says so. The preemption does not shorten the
+// takeover wait below.
+//
 // A host that takes the volume over after its previous owner's lease
 // expired or was revoked (a crash, a partition, SIGSTOP) holds its data
 // requests until TTL + Margin + IOBound after it acquired the lease (the
@@ -106,6 +120,10 @@ type Volume struct {
 	// Fence is Dev when Owner is set: the data device behind the fence of
 	// that ownership (Fence.Inner is the raw device). Nil otherwise.
 	Fence *fencedev.Device
+	// Reservation is the persistent reservation this ownership holds on
+	// the data device, or why it holds none (Reservation.Held), when
+	// Owner is set; nil otherwise. Close releases it.
+	Reservation *Reservation
 
 	lock *os.File
 }
@@ -230,13 +248,16 @@ func Attach(dev device.Device, kv meta.KV) (*Volume, error) {
 	return &Volume{Header: h, Super: sb, Dev: dev, KV: kv}, nil
 }
 
-// Close closes the device (waiting for its requests), releases the
-// ownership (Owner) if there is one, closes the metadata and releases the
-// lock.
+// Close closes the device (waiting for its requests), releases the data
+// device's reservation and the ownership (Owner) if there are, closes the
+// metadata and releases the lock.
 func (v *Volume) Close() error {
 	var errs []error
 	if v.Dev != nil {
 		errs = append(errs, v.Dev.Close())
+	}
+	if v.Reservation != nil {
+		errs = append(errs, v.Reservation.release(v.Owner == nil || v.Owner.Err() == nil))
 	}
 	if v.Owner != nil {
 		errs = append(errs, v.releaseOwner())

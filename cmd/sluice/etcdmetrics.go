@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,7 @@ import (
 //	sluice_lease_lost                          1 once the lease is lost
 //	sluice_fence_requests_total{fate}          data requests: submitted, held, fenced, overdue
 //	sluice_fence_inflight                      data requests in the device now
+//	sluice_data_reservation{state,key}         1: the data device's persistent reservation, held or unsupported
 type etcdCollector struct {
 	kv *etcdkv.KV
 	v  *volume.Volume
@@ -45,6 +47,7 @@ var (
 	leaseLostDesc     = prometheus.NewDesc("sluice_lease_lost", "1 once this host has lost (or released) the volume's lease.", nil, nil)
 	fenceDesc         = prometheus.NewDesc("sluice_fence_requests_total", "Data requests through the fence: submitted, held (waited for the window), fenced (failed), overdue (in the device longer than the I/O bound).", []string{"fate"}, nil)
 	fenceInflightDesc = prometheus.NewDesc("sluice_fence_inflight", "Data requests in the device now.", nil, nil)
+	reservationDesc   = prometheus.NewDesc("sluice_data_reservation", "1, labelled with the state of the data device's persistent reservation (held, or unsupported by the device) and this ownership's key.", []string{"state", "key"}, nil)
 )
 
 // registerEtcdMetrics adds the etcd, lease and fence metrics of v (a
@@ -59,7 +62,7 @@ func registerEtcdMetrics(reg *prometheus.Registry, v *volume.Volume) {
 
 func (c etcdCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{etcdLatencyDesc, etcdErrorsDesc, etcdCommitsDesc, etcdConflictsDesc, etcdRetriesDesc,
-		etcdNotOwnerDesc, leaseAgeDesc, leaseDeadlineDesc, leaseTTLDesc, leaseKADesc, leaseLostDesc, fenceDesc, fenceInflightDesc} {
+		etcdNotOwnerDesc, leaseAgeDesc, leaseDeadlineDesc, leaseTTLDesc, leaseKADesc, leaseLostDesc, fenceDesc, fenceInflightDesc, reservationDesc} {
 		ch <- d
 	}
 }
@@ -105,5 +108,12 @@ func (c etcdCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(fenceDesc, uint64(fs.Fenced), "fenced")
 		counter(fenceDesc, uint64(fs.Overdue), "overdue")
 		gauge(fenceInflightDesc, float64(fs.InFlight))
+	}
+	if r := c.v.Reservation; r != nil {
+		state := "unsupported"
+		if r.Held {
+			state = "held"
+		}
+		ch <- prometheus.MustNewConstMetric(reservationDesc, prometheus.GaugeValue, 1, state, fmt.Sprintf("%#x", r.Key))
 	}
 }

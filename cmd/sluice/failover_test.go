@@ -356,6 +356,10 @@ func TestFailover(t *testing.T) {
 		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
+		// Every thread of A stopped before the late writes start: one
+		// still running would serve them while A owns the volume, and
+		// its writes would rightly reach the device.
+		waitStopped(t, a.cmd.Process.Pid)
 		stopped := time.Now()
 		lateErrs := make(chan error, 2)
 		go func() {
@@ -413,6 +417,38 @@ func TestFailover(t *testing.T) {
 }
 
 // freePort returns a free 127.0.0.1 address for --metrics.
+// waitStopped waits until every thread of process pid is stopped (state
+// T in /proc/pid/task/*/stat): a SIGSTOP takes effect on each thread as it
+// next returns to user space, not at once.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := 0
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				continue // gone
+			}
+			// The state follows the command name, which is in parentheses.
+			if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d threads of process %d still not stopped 10 s after SIGSTOP", running, pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

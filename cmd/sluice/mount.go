@@ -193,6 +193,9 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 			how = fmt.Sprintf("the previous owner's lease expired or was revoked: data I/O waits until %s", eng.vol.Fence.NotBefore().Format("15:04:05.000"))
 		}
 		fmt.Fprintf(stdout, "owner of volume %s: lease %x, TTL %v (%s)\n", volDir, own.ID(), own.TTL(), how)
+		if r := eng.vol.Reservation; r != nil {
+			fmt.Fprintf(stdout, "data device reservation: %s\n", r)
+		}
 	}
 	transport, err := fuseserver.ParseTransport(f.transport)
 	if err != nil {

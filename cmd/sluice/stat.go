@@ -97,6 +97,7 @@ func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
 		} else {
 			line("owner", "none (not mounted)")
 		}
+		line("reservation", "%s", in.Etcd.Reservation)
 	} else {
 		line("metadata", "pebble %s", filepath.Join(dir, "meta"))
 	}

@@ -6,7 +6,8 @@
 // It is what SCSI-3 persistent reservations and NVMe reservations do in the
 // storage (a preempted host's commands fail with RESERVATION CONFLICT), done
 // by the host itself, since an image file or a loop device has no
-// reservations (see "Persistent reservations" below). Like Linux's md and
+// reservations; where the device has them, package volume takes one as
+// well (see "Persistent reservations" below). Like Linux's md and
 // dm-multipath "queue_if_no_path", it holds requests while the answer is
 // not known yet, and fails them once it is known to be no.
 //
@@ -60,19 +61,30 @@
 //     by more than the lease's margin over one TTL.
 //
 // Hardware fencing (reservations, or the storage target revoking the old
-// host's access) closes these gaps; without it, the assumptions above are
-// the fence's contract.
+// host's access) closes these gaps for writes; without it, the assumptions
+// above are the fence's contract.
 //
 // # Persistent reservations
 //
-// Linux exposes block persistent reservations as the IOC_PR_REGISTER,
-// IOC_PR_RESERVE and IOC_PR_PREEMPT_ABORT ioctls on a block device whose
-// driver has pr_ops (SCSI disks, NVMe namespaces, device-mapper over them).
-// The data devices of this repository's setups have none: an image file
-// answers ENOTTY (the ioctl goes to the file system), and a loop device
-// EOPNOTSUPP (the loop driver has no pr_ops), as TestReservationsUnsupported
-// checks. So reservations are not used; a volume on an NVMe or SCSI LUN
-// shared by several hosts should add them.
+// Linux exposes block persistent reservations as the IOC_PR_* ioctls on a
+// block device whose driver has pr_ops (SCSI disks, NVMe namespaces,
+// device-mapper over them); package device/blockpr issues them, and
+// package volume takes one with each ownership, beside this fence: the
+// owner registers a key derived from its etcd lease and reserves Write
+// Exclusive; a host taking over preempts the earlier owner's key with
+// PREEMPT AND ABORT, after which the device itself refuses that host's
+// writes, however late they arrive (the gaps above, for writes); a clean
+// release releases and unregisters. The preemption is made at the
+// acquisition and the takeover wait (NotBefore) is kept whole: it still
+// covers reads, and devices whose abort is not synchronous.
+//
+// An image file answers ENOTTY (the ioctl goes to the file system) and a
+// loop device EOPNOTSUPP (the loop driver has no pr_ops), as blockpr's
+// TestReservationsUnsupported checks: on those, the data devices of this
+// repository's setups, the volume is used without a reservation and this
+// fence is the only one. No device on the machines sluice is tested on has
+// pr_ops (no nvmet, scsi_debug or LIO target), so the reservation path is
+// tested against blockprtest's model of a device, not against a device.
 //
 // # Concurrency
 //
@@ -255,19 +267,21 @@ func (d *Device) Submit(r *device.Request) error {
 		return device.NewError(r, device.ErrClosed)
 	}
 	d.submitted.Add(1)
-	now := d.rel(d.now())
+	t := d.now()
+	now := d.rel(t)
 	if !d.fenced.Load() && now >= d.notBefore.Load() && now < d.deadline.Load() {
-		d.pass(r)
+		d.pass(r, t)
 		return nil
 	}
 	d.mu.Lock()
-	switch open, err := d.verdictLocked(d.rel(d.now())); {
+	t = d.now()
+	switch open, err := d.verdictLocked(d.rel(t)); {
 	case err != nil:
 		d.mu.Unlock()
 		go d.fail(r, err)
 	case open:
 		d.mu.Unlock()
-		d.pass(r)
+		d.pass(r, t)
 	default:
 		d.held.Add(1)
 		d.mu.held = append(d.mu.held, r)
@@ -343,8 +357,9 @@ func (d *Device) evaluate() {
 		}()
 		return
 	}
+	t := d.now()
 	for _, r := range held {
-		d.pass(r)
+		d.pass(r, t)
 	}
 }
 
@@ -384,10 +399,10 @@ type state struct {
 
 var statePool = sync.Pool{New: func() any { return new(state) }}
 
-// pass hands r to the inner device.
-func (d *Device) pass(r *device.Request) {
+// pass hands r, admitted at now, to the inner device.
+func (d *Device) pass(r *device.Request, now time.Time) {
 	st := statePool.Get().(*state)
-	st.d, st.r, st.start = d, r, d.now()
+	st.d, st.r, st.start = d, r, now
 	st.inner = device.Request{Op: r.Op, Off: r.Off, Buf: r.Buf, Done: innerDone, Ctx: st}
 	d.inflight.Add(1)
 	if err := d.inner.Submit(&st.inner); err != nil {

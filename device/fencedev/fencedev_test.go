@@ -1,20 +1,13 @@
 package fencedev_test
 
 import (
-	"bytes"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/faultdev"
@@ -268,52 +261,5 @@ func TestConcurrentFence(t *testing.T) {
 	wg.Wait()
 	if late.Load() != 0 {
 		t.Errorf("%d writes submitted after Fence returned succeeded", late.Load())
-	}
-}
-
-// prRegistration is struct pr_registration (include/uapi/linux/pr.h).
-type prRegistration struct {
-	OldKey, NewKey uint64
-	Flags, _       uint32
-}
-
-// iocPRRegister is IOC_PR_REGISTER, _IOW('p', 200, struct pr_registration).
-const iocPRRegister = 0x401870c8
-
-func prRegister(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	reg := prRegistration{NewKey: 0x51_1ce}
-	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), iocPRRegister, uintptr(unsafe.Pointer(&reg))); e != 0 {
-		return e
-	}
-	return nil
-}
-
-// TestReservationsUnsupported records why the fence is software only: the
-// data devices used here, an image file and a loop device, refuse
-// IOC_PR_REGISTER (see "Persistent reservations" in the package doc).
-func TestReservationsUnsupported(t *testing.T) {
-	img := filepath.Join(t.TempDir(), "img")
-	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := prRegister(img); !errors.Is(err, unix.ENOTTY) {
-		t.Errorf("IOC_PR_REGISTER on an image file: %v, want ENOTTY", err)
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to attach a loop device")
-	}
-	out, err := exec.Command("losetup", "--find", "--show", img).Output()
-	if err != nil {
-		t.Skipf("cannot attach a loop device: %v", err)
-	}
-	dev := string(bytes.TrimSpace(out))
-	defer exec.Command("losetup", "--detach", dev).Run()
-	if err := prRegister(dev); !errors.Is(err, unix.EOPNOTSUPP) {
-		t.Errorf("IOC_PR_REGISTER on loop device %s: %v, want EOPNOTSUPP (the loop driver has no pr_ops)", dev, err)
 	}
 }
