@@ -378,7 +378,7 @@ func TestConcurrentAppends(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pol := sluice.Concurrent()
-			e := newMountEnv(t, envOpts{engine: sluice.Options{Policy: &pol}, fuse: c.fuse})
+			e := newMountEnv(t, envOpts{engine: sluice.Options{Policy: &pol}, fuse: c.fuse, cacheSet: true}) // each mode its own case
 			node := createEmpty(t, e, "log")
 			w := watchWrites(t, e.srv.FS(), node)
 			if !c.writeback {
@@ -580,7 +580,8 @@ func TestURingWritesThroughMount(t *testing.T) {
 			}
 			r.Close()
 			pol := sluice.Concurrent()
-			e := newMountEnv(t, envOpts{engine: sluice.Options{Policy: &pol}})
+			// Write-through: the kernel's inode lock and the daemon's WRITEs.
+			e := newMountEnv(t, envOpts{engine: sluice.Options{Policy: &pol}, cacheSet: true})
 			var node uint64
 			if c.prefill > 0 {
 				writeDirectFile(t, e, "f", c.prefill)

@@ -82,7 +82,7 @@ func (fs *FS) CopyFileRange(cancel <-chan struct{}, in *fuse.CopyFileRangeIn) (u
 	if !st.Ok() {
 		return 0, st
 	}
-	if src.f.Flags()&syscall.O_ACCMODE == sluice.O_WRONLY || dst.f.Flags()&syscall.O_ACCMODE == sluice.O_RDONLY {
+	if src.accMode == sluice.O_WRONLY || dst.accMode == sluice.O_RDONLY {
 		return 0, fuse.EBADF
 	}
 	if in.OffIn > math.MaxInt64 || in.OffOut > math.MaxInt64 {

@@ -87,7 +87,9 @@ func startDaemonAs(t *testing.T, cred *syscall.Credential, vol, mnt string, args
 		t.Fatal(err)
 	}
 	mounted := make(chan struct{})
+	scanned := make(chan struct{}) // every line of stdout is in d.stdout
 	go func() {
+		defer close(scanned)
 		s := bufio.NewScanner(pr)
 		once := sync.Once{}
 		for s.Scan() {
@@ -100,6 +102,7 @@ func startDaemonAs(t *testing.T, cred *syscall.Credential, vol, mnt string, args
 	go func() {
 		d.err = d.cmd.Wait()
 		pw.Close()
+		<-scanned // the daemon's last lines, before anyone reads them
 		close(d.exited)
 	}()
 	t.Cleanup(func() {

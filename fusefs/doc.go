@@ -120,6 +120,13 @@
 // the daemon and buffered opens use the engine's page cache (its readahead
 // and write-back); mmap still works through CAP_DIRECT_IO_ALLOW_MMAP.
 // Options.WritebackCache adds the kernel's writeback cache to KernelCache.
+// The kernel then reads pages through write-only handles (an O_WRONLY open
+// is O_RDWR in the engine), writes back the times of files the engine has
+// freed (answered with success), and asks SEEK_DATA/SEEK_HOLE without
+// writing its dirty pages back (answered ENOSYS: the kernel then calls the
+// file all data up to its size). Pages dirtied through a shared mmap and
+// not yet written back are unknown to SEEK_DATA in every mode: FUSE gives
+// the daemon no way to ask the kernel to write them first.
 //
 // Measured with fusefs/bench/run.sh on this 2-core VM (the three mounts
 // side by side, cases interleaved, median of the rounds; the machine was

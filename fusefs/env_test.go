@@ -51,6 +51,9 @@ type envOpts struct {
 	// transportSet: the test chose fuse.Transport itself, and
 	// SLUICE_FUSE_TRANSPORT does not override it.
 	transportSet bool
+	// cacheSet: the test chose the cache mode itself, and
+	// SLUICE_FUSE_CACHE does not override it.
+	cacheSet bool
 	// public puts the mount point in a directory every user may enter
 	// (t.TempDir is its user's only), for tests that use the mount as
 	// another user.
@@ -120,6 +123,17 @@ func newMountEnv(t testing.TB, o envOpts) *mountEnv {
 		// CI runs the suite once per transport.
 		if fo.Transport, err = fuseserver.ParseTransport(tr); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if c := os.Getenv("SLUICE_FUSE_CACHE"); c != "" && fo.Cache == KernelCache && !fo.WritebackCache && !o.cacheSet {
+		// CI runs the suite once more in each other cache mode.
+		switch c {
+		case "writeback":
+			fo.WritebackCache = true
+		case "sluice":
+			fo.Cache = SluiceCache
+		default:
+			t.Fatalf("SLUICE_FUSE_CACHE=%s: want writeback or sluice", c)
 		}
 	}
 	if fo.Logger == nil {

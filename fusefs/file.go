@@ -28,6 +28,7 @@ type plan struct {
 	engDirect   bool   // the engine file is O_DIRECT
 	openFlags   uint32 // FOPEN_* for the kernel, without the parallel bit
 	append      bool   // the application opened O_APPEND
+	accMode     int    // the application's access mode (O_ACCMODE)
 }
 
 // planOpen maps the application's open flags to the engine's and to the
@@ -37,9 +38,16 @@ type plan struct {
 // the offset of the end of file (it holds the inode lock exclusive for
 // them), and kernel writeback and mmap write dirty pages through any
 // writable handle of the inode, which must write where they say.
+//
+// With the writeback cache an O_WRONLY open is O_RDWR in the engine: a
+// write that covers part of a page the kernel does not cache makes it read
+// the page first through the handle the write came with
+// (fuse_write_begin), write-only or not. The kernel has checked the
+// caller's access; the daemon's own checks use the application's mode
+// (handle.accMode). libfuse's passthrough does the same.
 func (fs *FS) planOpen(flags uint32) plan {
 	f := int(flags) & openFlags
-	p := plan{direct: f&sluice.O_DIRECT != 0, append: flags&sluice.O_APPEND != 0}
+	p := plan{direct: f&sluice.O_DIRECT != 0, append: flags&sluice.O_APPEND != 0, accMode: f & syscall.O_ACCMODE}
 	p.bufFlags = f &^ (sluice.O_DIRECT | sluice.O_TRUNC)
 	switch {
 	case p.direct:
@@ -57,6 +65,9 @@ func (fs *FS) planOpen(flags uint32) plan {
 		p.openFlags = fuse.FOPEN_KEEP_CACHE
 	}
 	p.engineFlags = f &^ sluice.O_DIRECT
+	if fs.opts.WritebackCache && p.accMode == sluice.O_WRONLY {
+		p.engineFlags = p.engineFlags&^syscall.O_ACCMODE | sluice.O_RDWR
+	}
 	if p.engDirect {
 		p.engineFlags |= sluice.O_DIRECT
 	}
@@ -66,7 +77,7 @@ func (fs *FS) planOpen(flags uint32) plan {
 // finishOpen registers the engine file f under a new handle and fills the
 // reply.
 func (fs *FS) finishOpen(i sluice.Ino, f *sluice.File, p plan, out *fuse.OpenOut) {
-	h := &handle{ino: i, f: f, direct: p.direct, engineDirect: p.engDirect, bufFlags: p.bufFlags, append: p.append}
+	h := &handle{ino: i, f: f, direct: p.direct, engineDirect: p.engDirect, bufFlags: p.bufFlags, append: p.append, accMode: p.accMode}
 	out.Fh = fs.handles.add(h)
 	out.OpenFlags = p.openFlags
 	if p.direct && f.ParallelDirectWrites() {
@@ -289,10 +300,20 @@ func (fs *FS) Fallocate(cancel <-chan struct{}, in *fuse.FallocateIn) fuse.Statu
 }
 
 // Lseek answers LSEEK, which the kernel sends for SEEK_DATA and
-// SEEK_HOLE (after writing back its own dirty pages).
+// SEEK_HOLE without writing its dirty pages back first (fuse_lseek). With
+// the writeback cache the data written last may be only in the kernel's
+// pages, where the engine would report a hole or ENXIO (and cp would skip
+// it): LSEEK is answered ENOSYS, and the kernel then treats the file as
+// all data up to the size it keeps (generic_file_llseek), which is
+// coarse but true. Without it writes reach the engine before they return;
+// pages dirtied through a shared mmap and not yet written back are the
+// exception, as the package doc says.
 func (fs *FS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
 	t := fs.start()
 	defer fs.done(opLseek, t)
+	if fs.opts.WritebackCache {
+		return fuse.ENOSYS
+	}
 	h, st := fs.getHandle(in.Fh)
 	if !st.Ok() {
 		return st

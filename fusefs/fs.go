@@ -196,6 +196,10 @@ type handle struct {
 	// fcntl(F_SETFL) is not sent to the daemon, so it is the open's.
 	// Immutable.
 	append bool
+	// accMode is the application's access mode (O_ACCMODE), which f's
+	// may exceed (planOpen: O_WRONLY is O_RDWR with the writeback cache).
+	// Immutable.
+	accMode int
 
 	mu struct {
 		sync.Mutex

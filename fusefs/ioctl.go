@@ -147,8 +147,11 @@ func (fs *FS) exchangeRange(in *fuse.IoctlIn, arg []byte) fuse.Status {
 	}
 	defer f1.Close()
 	f2 := h.f
-	if h.append {
-		if f2, err = fs.eng.OpenIno(h.ino, h.f.Flags()&syscall.O_ACCMODE|sluice.O_APPEND); err != nil {
+	if h.append || h.f.Flags()&syscall.O_ACCMODE != h.accMode {
+		// The engine checks file2's mode as the application opened it:
+		// O_APPEND (which the engine file lacks) and the access mode
+		// (which planOpen widens for the writeback cache).
+		if f2, err = fs.eng.OpenIno(h.ino, h.accMode|sluice.O_APPEND); err != nil {
 			return fs.toStatus(op, in.NodeId, err)
 		}
 		defer f2.Close()

@@ -49,7 +49,7 @@ func TestExchangeRangeMount(t *testing.T) {
 	m := NewMetrics()
 	// Attributes cached for an hour: only the daemon's invalidation can
 	// make the kernel look at the exchanged files again.
-	e := newMountEnv(t, envOpts{fuse: Options{Metrics: m, AttrTimeout: time.Hour}})
+	e := newMountEnv(t, envOpts{fuse: Options{Metrics: m, AttrTimeout: time.Hour}, cacheSet: true}) // TestExchangeRangeMountWriteback has the other
 	tr, _ := e.srv.Transport()
 	t.Logf("transport: %v", tr)
 	bs := e.eng.BlockSize()
@@ -224,6 +224,18 @@ func TestExchangeRangeMountWriteback(t *testing.T) {
 	}
 	if err := ioctlExchangeRange(b, xfsExchangeRangeArgs{File1Fd: int32(a.Fd()), Flags: sluice.ExchangeToEOF}); !errors.Is(err, unix.EOPNOTSUPP) {
 		t.Errorf("TO_EOF with the writeback cache: %v, want EOPNOTSUPP", err)
+	}
+	// Both files must be open for reading and writing, as on XFS, although
+	// the daemon opens a write-only file read-write in the engine with the
+	// writeback cache: an O_WRONLY file2 must not let its blocks be read
+	// through file1.
+	wo, err := os.OpenFile(e.path("b"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wo.Close()
+	if err := ioctlExchangeRange(wo, xfsExchangeRangeArgs{File1Fd: int32(a.Fd()), Length: uint64(bs)}); !errors.Is(err, unix.EBADF) {
+		t.Errorf("exchange into an O_WRONLY file2: %v, want EBADF", err)
 	}
 	e.checkClean()
 }

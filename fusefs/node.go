@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"errors"
 	"syscall"
 	"time"
 
@@ -110,10 +111,33 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.Attr
 	}
 	a, err := fs.eng.Setattr(ino(in.NodeId), sa)
 	if err != nil {
+		if errors.Is(err, syscall.ENOENT) && fs.timesFlush(in) {
+			// The file is gone: nothing can see the times any more.
+			out.Attr = fuse.Attr{Ino: in.NodeId, Mode: syscall.S_IFREG}
+			out.Mtime, out.Mtimensec = in.Mtime, in.Mtimensec
+			out.Ctime, out.Ctimensec = in.Ctime, in.Ctimensec
+			return fuse.OK
+		}
 		return fs.toStatus("setattr", in.NodeId, err)
 	}
 	fs.fillAttrOut(&a, out)
 	return fuse.OK
+}
+
+// timesFlush reports whether a SETATTR is the kernel writing back the
+// times the writeback cache keeps of a regular file (fuse_flush_times:
+// FATTR_MTIME and FATTR_CTIME, with FATTR_FH), which it also does for an
+// unlinked file the engine has freed (no handle open, the kernel's inode
+// not yet evicted). An error there would be a writeback error, which the
+// next syncfs(2) reports: XFS keeps such an inode until its last reference
+// goes, and the times it takes are never seen. Only regular files carry
+// FATTR_CTIME without FATTR_MODE, FATTR_UID or FATTR_GID (the kernel
+// trusts its own ctime for them alone), so the S_IFREG of the reply is
+// their type: a directory or symlink freed under a utimensat still gets
+// ENOENT, not a reply whose type the kernel would find wrong.
+func (fs *FS) timesFlush(in *fuse.SetAttrIn) bool {
+	v, times := in.Valid, uint32(fuse.FATTR_MTIME|fuse.FATTR_CTIME)
+	return fs.opts.WritebackCache && v&times == times && v&^(times|fuse.FATTR_FH) == 0
 }
 
 // killSuidgid returns the permission bits of regular file ino without

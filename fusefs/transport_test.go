@@ -72,7 +72,8 @@ func TestRequestsTravelOverURing(t *testing.T) {
 func TestInterruptReachesBlockedRequest(t *testing.T) {
 	for _, tr := range transports(t) {
 		t.Run(tr.String(), func(t *testing.T) {
-			e := newMountEnv(t, envOpts{fuse: Options{Transport: tr}, transportSet: true})
+			// Write-through, so that the write reaches the gate.
+			e := newMountEnv(t, envOpts{fuse: Options{Transport: tr}, transportSet: true, cacheSet: true})
 			fd, err := syscall.Open(e.path("f"), syscall.O_CREAT|syscall.O_RDWR, 0o644)
 			if err != nil {
 				t.Fatal(err)
