@@ -21,6 +21,9 @@ type CampaignConfig struct {
 	Parallel int
 	// PebbleClonePct is every case's CaseConfig.PebbleClonePct.
 	PebbleClonePct int
+	// Etcd, when set, is every case's EnvConfig.Etcd: the campaign keeps
+	// the metadata in etcd. The default value is nil: Pebble.
+	Etcd *EtcdMeta
 }
 
 // CampaignResult sums up a campaign.
@@ -38,6 +41,7 @@ func (c CampaignConfig) Plan() []CaseConfig {
 	for seed := c.FirstSeed; planned < c.Points; seed++ {
 		cfg := DeriveConfig(seed, c.ConcurrentPct)
 		cfg.PebbleClonePct = c.PebbleClonePct
+		cfg.Env.Etcd = c.Etcd
 		out = append(out, cfg)
 		planned += cfg.Points * cfg.Generations
 	}

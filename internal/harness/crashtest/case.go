@@ -47,8 +47,12 @@ type CaseConfig struct {
 
 func (c CaseConfig) String() string {
 	o := c.Env.Options
-	return fmt.Sprintf("seed=%d workers=%d ops=%d generations=%d points=%d block=%d iounit=%d device=%d options={%s}",
-		c.Seed, c.Workers, c.Ops, c.Generations, c.Points, c.Env.BlockSize, c.Env.IOUnit, c.Env.DeviceBytes, o.String())
+	metaKV := "pebble"
+	if c.Env.Etcd != nil {
+		metaKV = "etcd"
+	}
+	return fmt.Sprintf("seed=%d workers=%d ops=%d generations=%d points=%d block=%d iounit=%d device=%d meta=%s options={%s}",
+		c.Seed, c.Workers, c.Ops, c.Generations, c.Points, c.Env.BlockSize, c.Env.IOUnit, c.Env.DeviceBytes, metaKV, o.String())
 }
 
 func (c *CaseConfig) ensureDefaults() {
@@ -143,7 +147,11 @@ type Failure struct {
 func (f *Failure) Report(lastOps int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "crash test case %s\n", f.Config)
-	fmt.Fprintf(&b, "replay: go test ./internal/harness/crashtest/ -run TestCrashCampaign -crashtest.seed=%d", f.Config.Seed)
+	test := "TestCrashCampaign"
+	if f.Config.Env.Etcd != nil {
+		test = "TestCampaignEtcd"
+	}
+	fmt.Fprintf(&b, "replay: go test ./internal/harness/crashtest/ -run %s -crashtest.seed=%d", test, f.Config.Seed)
 	if f.Point > 0 && f.Config.Workers == 1 {
 		fmt.Fprintf(&b, " -crashtest.point=%d", f.Point)
 	}
@@ -377,6 +385,9 @@ type crashPoint struct {
 	probeName string
 	stats     *Stats
 	pebblePct int
+	// keepAll makes a single-worker crash keep every metadata commit:
+	// exactly what etcd holds when the engine's process dies.
+	keepAll bool
 
 	desc     string
 	problems []Problem
@@ -417,10 +428,13 @@ func (cp *crashPoint) single(w *worker, marks []uint64, lastSync int) {
 	default:
 		k, how = commits, "all metadata"
 	}
+	if cp.keepAll {
+		k, how = commits, "all metadata"
+	}
 	fate, fdesc := deviceFate(cp.seed, true)
 	m := MetaCrash{UpTo: k}
 	cp.desc = fmt.Sprintf("%s (%d of %d commits, %d synced), %s", how, k, commits, synced, fdesc)
-	random := rng.IntN(100) < cp.pebblePct
+	random := rng.IntN(100) < cp.pebblePct && cp.env.canCrashRandom()
 	if random {
 		m = MetaCrash{Random: true, Percent: rng.IntN(101)}
 		cp.desc = fmt.Sprintf("%v (%d commits, %d synced; not replayable), %s", m, commits, synced, fdesc)
@@ -651,7 +665,7 @@ func (cp *crashPoint) concurrent(ws []*worker, roots []string) {
 	m0 := snapAll(true)
 	var m MetaCrash
 	commits, synced := cp.env.KV.Commits()
-	if rng.IntN(2) == 0 {
+	if rng.IntN(2) == 0 && cp.env.canCrashRandom() {
 		m = MetaCrash{Random: true, Percent: rng.IntN(101)}
 	} else {
 		// Commits made after Commits() was read are dropped: a valid crash.

@@ -39,31 +39,45 @@ func knownSignature(f *Failure) string {
 // points), or replays one case (-crashtest.seed).
 func TestCrashCampaign(t *testing.T) {
 	if *flagSeed != 0 {
-		cfg := DeriveConfig(*flagSeed, *flagConc)
-		cfg.Only = *flagPoint
-		cfg.PebbleClonePct = *flagPebble
-		if *flagOps > 0 {
-			cfg.Ops = *flagOps
-		}
-		r := RunCase(cfg)
-		t.Logf("%s: %d crash points in %v; checked %+v", cfg, r.Points, r.Elapsed, r.Stats)
-		if r.Failure != nil {
-			if *flagShrink {
-				shrinkFailure(t, r.Failure)
-			}
-			t.Fatalf("%s", r.Failure.Report(1000))
-		}
+		replayCase(t, nil)
 		return
 	}
 	if testing.Short() {
 		*flagPoints = min(*flagPoints, 200)
 	}
+	runCampaign(t, *flagPoints, nil)
+}
+
+// replayCase runs the one case of -crashtest.seed, its metadata in etcd
+// if m is set.
+func replayCase(t *testing.T, m *EtcdMeta) {
+	cfg := DeriveConfig(*flagSeed, *flagConc)
+	cfg.Env.Etcd = m
+	cfg.Only = *flagPoint
+	cfg.PebbleClonePct = *flagPebble
+	if *flagOps > 0 {
+		cfg.Ops = *flagOps
+	}
+	r := RunCase(cfg)
+	t.Logf("%s: %d crash points in %v; checked %+v", cfg, r.Points, r.Elapsed, r.Stats)
+	if r.Failure != nil {
+		if *flagShrink {
+			shrinkFailure(t, r.Failure)
+		}
+		t.Fatalf("%s", r.Failure.Report(1000))
+	}
+}
+
+// runCampaign runs a campaign of points crash points from -crashtest.first
+// on, its metadata in etcd if m is set, and fails t for every case that
+// fails but for a known engine bug.
+func runCampaign(t *testing.T, points int, m *EtcdMeta) {
 	defer debug.SetGCPercent(debug.SetGCPercent(*flagGC))
 	par := *flagPar
 	if par == 0 {
 		par = runtime.GOMAXPROCS(0) + 1
 	}
-	c := CampaignConfig{FirstSeed: *flagFirst, Points: *flagPoints, ConcurrentPct: *flagConc, Parallel: par, PebbleClonePct: *flagPebble}
+	c := CampaignConfig{FirstSeed: *flagFirst, Points: points, ConcurrentPct: *flagConc, Parallel: par, PebbleClonePct: *flagPebble, Etcd: m}
 	res := Campaign(c, func(r *CaseResult) {
 		if r.Failure == nil {
 			return

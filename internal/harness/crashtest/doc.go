@@ -1,15 +1,18 @@
 // Package crashtest is sluice's crash-consistency harness: seeded random
 // workloads on a crashable stack (memdev under the data, Pebble on a
-// crashable in-memory FS under the metadata), crashed at many points; each
-// crash image is reopened (orphan recovery included) and checked against a
-// model of what the engine's durability rules allow.
+// crashable in-memory FS or a real etcd cluster under the metadata),
+// crashed at many points; each crash image is reopened (orphan recovery
+// included) and checked against a model of what the engine's durability
+// rules allow.
 //
 // # The stack
 //
-// Env is a file system on a volume that testvol.Format made:
+// Env is a file system on a volume that testvol.Format made (on etcd,
+// volume.Format on a memdev and a prefix of its own):
 //
 //	sluice.FS -> faultdev -> flush fence -> memdev            (data)
 //	          -> RecKV -> Pebble -> vfs.NewCrashableMem       (metadata)
+//	          or EtcdRecKV -> etcdkv, owned -> etcd cluster   (EnvConfig.Etcd)
 //
 // Env.Crash returns an Image: the device as memdev.CrashImage(seed) (or
 // memdev.CrashImageWith, for chosen fates) leaves it, each unflushed write
@@ -117,20 +120,113 @@
 // recovered from its last crash point, its model rebuilt from what was
 // read back.
 //
-// # Known engine bugs the generator steps around
+// # Engine bugs the campaign found
 //
 // An O_DIRECT append (O_APPEND or RWFAppend) of whole blocks at an EOF
-// inside a shared block fails with EIO: directWrite takes an append's
-// route from its length alone, the aligned route then meets a partial
-// shared block, and planWrite refuses to write it in place. The generator
-// gives such appends one more sector (the sub-block route copies first);
-// TestTargetedDirectAppendAtSharedEOF shows the bug (knownBugs).
+// inside a shared block failed with EIO: directWrite takes an append's
+// route from its length alone, and the aligned route then met a partial
+// shared block (TestTargetedDirectAppendAtSharedEOF).
 //
-// The campaign also found a clone within one file past its EOF sharing a
+// It also found a clone within one file past its EOF sharing a
 // staging block (a crash then left a volume that did not open) and a crash
 // leaving data past EOF that an extension cut short by a second crash
 // showed; both are fixed, and TestTargetedSameFileClonePastSharedEOF and
 // TestTargetedStaleTailAfterTwoCrashes keep them so.
+//
+// # The etcd backend
+//
+// On etcd (EnvConfig.Etcd, an EtcdMeta: a client of a cluster and a key
+// prefix), each volume keeps its metadata under a prefix of its own, and
+// a crash is the engine's process dying while etcd keeps what it
+// committed. The volume is formatted as mkfs formats one (a released
+// owner.last), and its KV owns it as a mount's does, before the engine
+// opens: etcdkv's Acquire (an owner key on a lease, kept alive), so that
+// every engine commit is nested in the owner's comparison and guard
+// (owner key carries the lease, owner.last unchanged since the last
+// commit) and rewrites owner.last, a commit that got no answer is sent
+// again under the guard and applies at most once, and the read cache is
+// on (Get and Scan from memory, and the engine's KnownEmpty hints for new
+// directories, which EtcdRecKV passes on). Close releases the volume cleanly, as a mount does after
+// its last data request.
+//
+// EtcdRecKV records every commit's writes and the etcd revision it made:
+// the revision etcd answered it with or, for a commit etcdkv resolved as
+// applied by an attempt whose reply never came (its resend refused, the
+// guard moved, the owner key still ours), owner.last's mod revision in
+// that refusal, which is the revision the unanswered attempt made (both
+// seen through the client's KV). Since every owned commit rewrites
+// owner.last, the checks of a revision also check that key: last written
+// at the revision recorded for the last commit that wrote, and written
+// once per such commit since the KV opened (its etcd version), so that a
+// commit applied twice, or recorded at a revision not its own, fails. A
+// commit etcdkv sent more than once is checked at once. With
+// EtcdMeta.LoseReplyEvery (TestCampaignEtcd: every 16th commit of each
+// volume), the reply to a commit's first attempt is lost after etcd
+// applied it, as when the member it went through stops: etcdkv resolves
+// it by the guard, and the campaign fails if that never happened.
+//
+// An etcd commit is durable on a quorum once it returns and Sync does
+// nothing, but EtcdRecKV counts the commits the engine synced as RecKV
+// does, so the check that every op that promised durability was synced
+// runs unchanged. A crash keeps the first k commits, k from the synced
+// ones to all of them as on Pebble (MetaCrash.Random is Pebble's only):
+// the volume's keys as of commit k's revision (a read WithRev), checked
+// against the state the KV opened on plus the writes of commits 1..k, are
+// copied under a new prefix without the owner key (the crashed owner's
+// lease expired) and with owner.last as it was (not released, the crashed
+// owner's terms and lease), where the crash image's volume opens owned:
+// the new owner takes it over as after an unclean end (Owner.Clean false,
+// Previous naming the crashed owner's lease and terms; opening fails
+// otherwise), and the checks run as
+// they do on Pebble. The harness does not wrap the data device in the
+// lease's fence, so nothing waits for the takeover (Owner.TakeoverWait,
+// package volume's): the crash image's device is a copy no earlier owner
+// can reach. k = all is exactly what etcd holds when the process dies; a
+// smaller k is the process dying after commit k, paired with the device
+// as it is at the crash, which the model allows as it does on Pebble
+// (where the unsynced commits are lost). A case's next generation runs on
+// its last crash image, so it takes over a volume that was itself taken
+// over. TestCampaignEtcd runs DefaultEtcdPoints crash points from the
+// campaign's first seed on (the cases TestCrashCampaign runs first, so
+// that a failure on one backend only points at it), on one three-member
+// cluster started in the test process (etcdtest), each case and crash
+// image under a prefix of its own, and logs the KVs' counters (commits,
+// resends, commits resolved by the guard, reads, cache hits); it fails if
+// the read cache served nothing or a commit was refused as not the
+// owner's. TestHarnessEtcdCatchesLostCommit checks that the checks are
+// not vacuous: a commit recorded at a revision before its own, or after
+// it with the volume's keys unchanged (only owner.last tells), and a key
+// lost from etcd, are caught.
+//
+// The etcd members' own crash: TestEtcdMemberCrash stops a member before a
+// chosen commit of a single-worker workload and restarts it later (two
+// members keep the quorum): a follower, gracefully; the leader, killed,
+// the commit waiting for the new leader; the leader killed while the
+// commit is sent. Every commit that returned must be in etcd at its
+// revision, once (EtcdRecKV.checkHistory), the workload must not notice
+// (in-flight: etcdkv sends the commit again under its guard; the test
+// logs the commits sent more than once and how each was resolved), and
+// the volume etcd then holds must pass the crash-point checks. In ten
+// runs under -race, the in-flight commit's first attempt never applied: a
+// resend did, after the first attempt's whole RequestTimeout (forwarded to
+// the dead leader; 8 runs) or at once (refused by the dying leader; 2).
+// Should a commit fail all the same, the test fails, and first logs
+// whether etcd applied it and checks the volume etcd holds (fsck).
+//
+// TestTargetedEtcdCacheReadsDuringCommit holds the reply to an owned
+// commit after etcd applied it: a KV.Get that reaches etcd then sees the
+// commit, and a KV.Get after it of a cached key the commit wrote still
+// read the old value from the read cache (the commit writes through when
+// it returns), a pair of reads no linearizable store gives, until
+// etcdkv's cache stopped serving the keys of a commit in flight.
+//
+// The campaign used to run on a KV that owned no volume; that mode is
+// gone, since no mount commits unowned (mkfs's format, before any owner,
+// is the only unowned writer, and the harness formats that way too).
+// Without the guard, a commit in flight at the leader's death failed with
+// "outcome unknown" and the engine shut down; package reliability's
+// TestEtcdLeaderChanges and TestEtcdQuorumLost cover owned volumes under
+// a running mount.
 //
 // # Concurrent appends to one file
 //
@@ -159,6 +255,8 @@
 //	go test -tags soak ./internal/harness/crashtest/           # the soak campaign
 //	go test ./internal/harness/crashtest/ -crashtest.points=N  # N crash points
 //	go test ./internal/harness/crashtest/ -run TestCrashCampaign -crashtest.seed=S [-crashtest.point=P]
+//	go test ./internal/harness/crashtest/ -run TestCampaignEtcd [-crashtest.etcdpoints=N | -crashtest.seed=S]
+//	go test ./internal/harness/crashtest/ -run TestEtcdMemberCrash [-count=N]
 //	go test ./internal/harness/crashtest/ -run TestTargetedConcurrentAppends [-crashtest.appendseeds=N | -crashtest.appendseed=S] [-crashtest.appendpolicy=P]
 //
 // A failure prints its seed and the command that replays it, the crash

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicefs/sluice/device/faultdev"
 	"github.com/sluicefs/sluice/device/memdev"
 	"github.com/sluicefs/sluice/internal/harness/testvol"
+	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/volume"
 )
 
@@ -30,6 +31,10 @@ type EnvConfig struct {
 	// during a case: durability comes only from the workload's own syncs,
 	// which is what the model follows.
 	Options sluice.Options
+	// Etcd, when set, keeps the metadata in etcd (EtcdRecKV), each
+	// volume under a prefix of its own, instead of in Pebble on a
+	// crashable in-memory FS (RecKV). The default value is nil: Pebble.
+	Etcd *EtcdMeta
 	// lyingFlush makes the device acknowledge flushes without flushing
 	// (the harness's self-test).
 	lyingFlush bool
@@ -57,14 +62,16 @@ func (c *EnvConfig) ensureDefaults() {
 //
 //	sluice.FS -> faultdev (injectors, gates) -> flush fence -> memdev
 //	          -> RecKV -> Pebble -> vfs.NewCrashableMem
+//	          or EtcdRecKV -> etcdkv, owned -> etcd cluster (EnvConfig.Etcd)
 //
 // Crash copies the memdev and the metadata as a power failure at that
 // instant could leave them; Open starts a file system on such a copy.
 type Env struct {
 	Mem   *memdev.Device
 	Fault *faultdev.Device
+	// MemFS holds Pebble's files (nil on etcd).
 	MemFS *vfs.MemFS
-	KV    *RecKV
+	KV    CrashKV
 	Vol   *volume.Volume
 	FS    *sluice.FS
 	Opts  sluice.Options
@@ -72,20 +79,44 @@ type Env struct {
 	fence *flushFence
 }
 
-// NewEnv formats a new volume (testvol.Format) and opens a file system on
-// it. The metadata commits that formatting made are synced: the RecKV's
-// log starts empty.
+// CrashKV is an Env's metadata store: a meta.KV that records its commits,
+// so that a crash can keep the synced ones plus a chosen prefix of the
+// others. RecKV keeps them in Pebble, EtcdRecKV in etcd.
+type CrashKV interface {
+	meta.KV
+	// Commits returns the number of commits made through the KV so far
+	// and the number of them known durable (the engine synced them).
+	Commits() (commits, synced uint64)
+	// crashPrefix returns, open, the metadata a crash now could leave if
+	// the first upTo commits survived (at least the synced ones, at most
+	// all of them), and the number kept.
+	crashPrefix(upTo uint64) (CrashKV, uint64, error)
+}
+
+// NewEnv formats a new volume (testvol.Format, or a memory device and
+// EnvConfig.Etcd) and opens a file system on it. The metadata commits that
+// formatting made are synced: the KV's log starts empty.
 func NewEnv(cfg EnvConfig) (*Env, error) {
 	cfg.ensureDefaults()
-	d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.DeviceBytes, IOUnit: cfg.IOUnit, BlockSize: cfg.BlockSize})
-	if err != nil {
-		return nil, err
+	var mem *memdev.Device
+	var memfs *vfs.MemFS
+	var kv CrashKV
+	if cfg.Etcd != nil {
+		var err error
+		if mem, kv, err = cfg.Etcd.format(cfg); err != nil {
+			return nil, err
+		}
+	} else {
+		d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.DeviceBytes, IOUnit: cfg.IOUnit, BlockSize: cfg.BlockSize})
+		if err != nil {
+			return nil, err
+		}
+		if kv, err = openRecKV(d.MemFS); err != nil {
+			return nil, err
+		}
+		mem, memfs = d.Mem, d.MemFS
 	}
-	kv, err := openRecKV(d.MemFS)
-	if err != nil {
-		return nil, err
-	}
-	e, _, err := attach(d.Mem, d.MemFS, kv, cfg.Options, false)
+	e, _, err := attach(mem, memfs, kv, cfg.Options, false)
 	if e != nil {
 		e.fence.lie = cfg.lyingFlush
 	}
@@ -94,7 +125,7 @@ func NewEnv(cfg EnvConfig) (*Env, error) {
 
 // attach starts a file system on mem and kv; with check, it first checks
 // the volume as found (before orphan recovery) and returns the report.
-func attach(mem *memdev.Device, memfs *vfs.MemFS, kv *RecKV, opts sluice.Options, check bool) (*Env, *sluice.CheckReport, error) {
+func attach(mem *memdev.Device, memfs *vfs.MemFS, kv CrashKV, opts sluice.Options, check bool) (*Env, *sluice.CheckReport, error) {
 	fence := &flushFence{Device: mem}
 	fault := faultdev.New(fence)
 	v, err := volume.Attach(fault, kv)
@@ -129,11 +160,18 @@ func (e *Env) Close() error {
 	return err
 }
 
+// canCrashRandom reports whether the metadata can crash as
+// MetaCrash.Random says (Pebble only).
+func (e *Env) canCrashRandom() bool {
+	_, ok := e.KV.(*RecKV)
+	return ok
+}
+
 // MetaCrash says which metadata a crash keeps.
 type MetaCrash struct {
 	// Random, if set, keeps each unsynced 4 KiB block of the metadata
 	// store's files with probability Percent% (Pebble's CrashClone). Not
-	// reproducible.
+	// reproducible. Pebble only (Env.canCrashRandom).
 	Random  bool
 	Percent int
 	// Otherwise the crash keeps the synced commits plus the first UpTo
@@ -151,10 +189,11 @@ func (m MetaCrash) String() string {
 // Image is what a crash left: a device and a metadata store, not yet
 // opened.
 type Image struct {
-	Mem   *memdev.Device
+	Mem *memdev.Device
+	// MemFS holds Pebble's files (nil on etcd).
 	MemFS *vfs.MemFS
 	// kv is the metadata, already open (prefix crashes), or nil.
-	kv *RecKV
+	kv CrashKV
 	// KeptCommits is the metadata prefix kept (prefix crashes only).
 	KeptCommits uint64
 }
@@ -173,14 +212,21 @@ func (e *Env) Crash(seed uint64, fate func(memdev.PendingWrite) memdev.Fate, m M
 		img.Mem = e.Mem.CrashImage(seed)
 	}
 	if m.Random {
-		img.MemFS = e.KV.crashRandom(m.Percent, seed)
+		rk, ok := e.KV.(*RecKV)
+		if !ok {
+			return nil, fmt.Errorf("%v needs the metadata in Pebble, not %T", m, e.KV)
+		}
+		img.MemFS = rk.crashRandom(m.Percent, seed)
 		return img, nil
 	}
 	kv, kept, err := e.KV.crashPrefix(m.UpTo)
 	if err != nil {
 		return nil, err
 	}
-	img.MemFS, img.kv, img.KeptCommits = kv.fs, kv, kept
+	img.kv, img.KeptCommits = kv, kept
+	if rk, ok := kv.(*RecKV); ok {
+		img.MemFS = rk.fs
+	}
 	return img, nil
 }
 
@@ -189,10 +235,11 @@ func (e *Env) Crash(seed uint64, fate func(memdev.PendingWrite) memdev.Fate, m M
 func (img *Image) Open(opts sluice.Options) (*Env, *sluice.CheckReport, error) {
 	kv := img.kv
 	if kv == nil {
-		var err error
-		if kv, err = openRecKV(img.MemFS); err != nil {
+		rk, err := openRecKV(img.MemFS)
+		if err != nil {
 			return nil, nil, fmt.Errorf("reopening the metadata: %w", err)
 		}
+		kv = rk
 	}
 	img.kv = nil
 	return attach(img.Mem, img.MemFS, kv, opts, true)

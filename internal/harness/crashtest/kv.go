@@ -44,7 +44,7 @@ type kvWrite struct {
 	del        bool
 }
 
-var _ meta.KV = (*RecKV)(nil)
+var _ CrashKV = (*RecKV)(nil)
 
 // openRecKV opens the metadata database on fs (testvol.MetaDir).
 func openRecKV(fs *vfs.MemFS) (*RecKV, error) {
@@ -59,7 +59,7 @@ func (k *RecKV) Get(key []byte) ([]byte, error) { return k.inner.Get(key) }
 func (k *RecKV) Scan(start, end []byte, fn func(key, value []byte) error) error {
 	return k.inner.Scan(start, end, fn)
 }
-func (k *RecKV) NewTxn() meta.Txn        { return &recTxn{kv: k, inner: k.inner.NewTxn()} }
+func (k *RecKV) NewTxn() meta.Txn        { return &recTxn{rec: k, inner: k.inner.NewTxn()} }
 func (k *RecKV) Snapshot() meta.Snapshot { return k.inner.Snapshot() }
 func (k *RecKV) Close() error            { return k.inner.Close() }
 
@@ -92,7 +92,7 @@ func (k *RecKV) Commits() (commits, synced uint64) {
 // unsynced byte, reopened, so Pebble recovers it) plus the unsynced commits
 // up to upTo (at least the synced ones), re-applied and synced. It returns
 // the prefix actually kept.
-func (k *RecKV) crashPrefix(upTo uint64) (*RecKV, uint64, error) {
+func (k *RecKV) crashPrefix(upTo uint64) (CrashKV, uint64, error) {
 	k.mu.Lock()
 	clone := k.fs.CrashClone(vfs.CrashCloneCfg{})
 	upTo = min(max(upTo, k.mu.synced), k.mu.commits)
@@ -133,10 +133,17 @@ func (k *RecKV) crashRandom(pct int, seed uint64) *vfs.MemFS {
 	return k.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: newRand(seed, 0x6b76)})
 }
 
+// recTxn is a transaction of a recording KV (RecKV, EtcdRecKV): it keeps
+// its writes, and its recorder commits it.
 type recTxn struct {
-	kv     *RecKV
+	rec    recorder
 	inner  meta.Txn
 	writes kvCommit
+}
+
+// recorder commits a recTxn and records the commit.
+type recorder interface {
+	commitTxn(t *recTxn, sync bool) error
 }
 
 func (t *recTxn) Get(key []byte) ([]byte, error) { return t.inner.Get(key) }
@@ -154,8 +161,9 @@ func (t *recTxn) Delete(key []byte) {
 func (t *recTxn) Len() int { return t.inner.Len() }
 func (t *recTxn) Abort()   { t.inner.Abort() }
 
-func (t *recTxn) Commit(sync bool) error {
-	k := t.kv
+func (t *recTxn) Commit(sync bool) error { return t.rec.commitTxn(t, sync) }
+
+func (k *RecKV) commitTxn(t *recTxn, sync bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if err := t.inner.Commit(sync); err != nil {

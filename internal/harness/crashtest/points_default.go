@@ -9,3 +9,7 @@ const DefaultPoints = 2000
 // appendSeeds is the number of seeds TestTargetedConcurrentAppends runs for
 // each case and policy by default (CI runs 1).
 const appendSeeds = 1
+
+// DefaultEtcdPoints is the number of crash points TestCampaignEtcd checks
+// by default (CI runs this many).
+const DefaultEtcdPoints = 40
