@@ -8,14 +8,18 @@ import (
 	"time"
 
 	sluice "github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/device/memdev"
 	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/meta"
+	"github.com/sluicefs/sluice/meta/etcdkv"
+	"github.com/sluicefs/sluice/volume"
 )
 
-// EngineConfig describes a sluice file system on memory devices.
+// EngineConfig describes a sluice file system on a memory data device and
+// its metadata in an in-memory Pebble or in etcd.
 type EngineConfig struct {
 	// Name names the target in test output. The default value is
-	// "sluice/" followed by the policy.
+	// "sluice/" followed by the policy ("sluice-etcd/" with Etcd).
 	Name string
 	// DeviceBytes is the size of the (sparse) memory data device. The
 	// default value is 64 MiB.
@@ -29,17 +33,30 @@ type EngineConfig struct {
 	// Options configures the engine. The default value is the zero
 	// Options (every default).
 	Options sluice.Options
+	// Etcd, when set, keeps the metadata in etcd instead: NewEngine
+	// formats the volume under Etcd.Prefix, which must hold no keys, and
+	// every mount opens an etcdkv.KV with these options (give several
+	// engines one Client and a Prefix each, so that one cluster serves
+	// them all). The volume is attached as a test volume is
+	// (volume.Attach): no ownership lease, no fence. The client's limits
+	// (MaxTxnOps, MaxRequestBytes) must be the cluster's, which should be
+	// etcdkv.VolumeMaxTxnOps and VolumeMaxRequestBytes. The default value
+	// is nil: an in-memory Pebble (testvol, not crashable).
+	Etcd *etcdkv.Options
 }
 
 // Engine is a Target over a sluice file system formatted on a memdev data
-// device and an in-memory Pebble (testvol, not crashable), through the
-// engine's path API.
+// device and an in-memory Pebble (testvol, not crashable) or etcd
+// (EngineConfig.Etcd), through the engine's path API.
 type Engine struct {
-	name  string
-	disks *testvol.Disks
-	opts  sluice.Options
-	kv    meta.KV
-	fs    *sluice.FS
+	name string
+	mem  *memdev.Device // the data device. Immutable.
+	// openKV opens the metadata store, at NewEngine and each Remount.
+	// Immutable.
+	openKV func() (meta.KV, error)
+	opts   sluice.Options
+	kv     meta.KV
+	fs     *sluice.FS
 	// past sums the counters of the file systems before the last Remount.
 	past sluice.CounterValues
 	// closed is a closed file: the second file of a reflink call whose
@@ -52,32 +69,77 @@ var _ Remounter = (*Engine)(nil)
 
 // NewEngine formats and opens a file system as cfg says.
 func NewEngine(cfg EngineConfig) (*Engine, error) {
-	d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.DeviceBytes, IOUnit: cfg.IOUnit, BlockSize: cfg.BlockSize, NotCrashable: true})
-	if err != nil {
-		return nil, err
+	tc := testvol.Config{DeviceBytes: cfg.DeviceBytes, IOUnit: cfg.IOUnit, BlockSize: cfg.BlockSize, NotCrashable: true}
+	e := &Engine{name: cfg.Name, opts: cfg.Options}
+	prefix := "sluice/"
+	if cfg.Etcd != nil {
+		o := *cfg.Etcd
+		mem, err := formatEtcd(tc, o)
+		if err != nil {
+			return nil, err
+		}
+		e.mem = mem
+		e.openKV = func() (meta.KV, error) { return etcdkv.Open(o) }
+		prefix = "sluice-etcd/"
+	} else {
+		d, err := testvol.Format(tc)
+		if err != nil {
+			return nil, err
+		}
+		e.mem, e.openKV = d.Mem, d.OpenKV
 	}
-	e := &Engine{name: cfg.Name, disks: d, opts: cfg.Options}
 	if err := e.open(); err != nil {
+		e.mem.Close()
 		return nil, err
 	}
 	if e.name == "" {
-		e.name = "sluice/" + e.fs.Policy().String()
+		e.name = prefix + e.fs.Policy().String()
 	}
 	return e, nil
 }
 
-func (e *Engine) open() error {
-	v, err := e.disks.Attach()
+// formatEtcd makes a memory data device as tc says and formats a volume on
+// it with its metadata in etcd under o.Prefix, which must hold no keys.
+func formatEtcd(tc testvol.Config, o etcdkv.Options) (*memdev.Device, error) {
+	tc.EnsureDefaults()
+	kv, err := etcdkv.Open(o)
 	if err != nil {
+		return nil, err
+	}
+	defer kv.Close()
+	if n, err := kv.Count(); err != nil {
+		return nil, err
+	} else if n != 0 {
+		return nil, fmt.Errorf("etcd prefix %q already holds %d keys", o.Prefix, n)
+	}
+	mem, err := memdev.New(tc.DeviceBytes, memdev.Options{IOUnit: tc.IOUnit})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: tc.BlockSize}); err != nil {
+		mem.Close()
+		return nil, fmt.Errorf("formatting: %w", err)
+	}
+	return mem, nil
+}
+
+func (e *Engine) open() error {
+	kv, err := e.openKV()
+	if err != nil {
+		return err
+	}
+	v, err := volume.Attach(e.mem, kv)
+	if err != nil {
+		kv.Close()
 		return err
 	}
 	opts := e.opts
 	fs, err := sluice.OpenVolume(v, &opts)
 	if err != nil {
-		v.KV.Close()
+		kv.Close()
 		return err
 	}
-	e.kv, e.fs = v.KV, fs
+	e.kv, e.fs = kv, fs
 	return nil
 }
 
@@ -121,7 +183,7 @@ func (e *Engine) Close() error {
 		err = errors.Join(e.fs.Close(), e.kv.Close())
 		e.fs, e.kv = nil, nil
 	}
-	return errors.Join(err, e.disks.Mem.Close())
+	return errors.Join(err, e.mem.Close())
 }
 
 // Name implements Target.

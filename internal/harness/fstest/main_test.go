@@ -12,6 +12,7 @@ func TestMain(m *testing.M) {
 	syscall.Umask(0)
 	code := m.Run()
 	tearDownXFS() // the XFS oracles tests made (xfsFor)
+	closeEtcd()   // the cluster the etcd targets started
 	os.Exit(code)
 }
 

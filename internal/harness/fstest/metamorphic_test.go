@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sluice "github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/meta/etcdkv"
 )
 
 var (
@@ -176,21 +177,27 @@ const (
 // their configuration says; perMille gives a seed's
 // GenConfig.ReflinkPerMille.
 func runSequences(t *testing.T, ci, short, opsPct int, perMille func(seed uint64) int) {
+	n := *flagN
+	if n == 0 {
+		n = ci
+		if testing.Short() {
+			n = short
+		}
+	}
 	var seeds []uint64
-	switch {
-	case *flagSeed != 0:
+	for i := range n {
+		seeds = append(seeds, *flagFirst+uint64(i))
+	}
+	runSeeds(t, seeds, opsPct, perMille, nil)
+}
+
+// runSeeds runs seeds (only -fstest.seed if it is given) as runSequences
+// does, on engines whose metadata is in etcd if etcd is not nil (it
+// returns each engine's options; the host is then left out: TestMetamorphic
+// compares it with the model on the same sequences).
+func runSeeds(t *testing.T, seeds []uint64, opsPct int, perMille func(seed uint64) int, etcd func(t *testing.T) *etcdkv.Options) {
+	if *flagSeed != 0 {
 		seeds = []uint64{*flagSeed}
-	default:
-		n := *flagN
-		if n == 0 {
-			n = ci
-			if testing.Short() {
-				n = short
-			}
-		}
-		for i := range n {
-			seeds = append(seeds, *flagFirst+uint64(i))
-		}
 	}
 	for _, b := range metamorphicKnownBugs {
 		t.Logf("generator avoids known bug %s (%s)", b.id, b.what)
@@ -198,12 +205,12 @@ func runSequences(t *testing.T, ci, short, opsPct int, perMille func(seed uint64
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Parallel()
-			runSequence(t, seed, opsPct, perMille(seed))
+			runSequence(t, seed, opsPct, perMille(seed), etcd)
 		})
 	}
 }
 
-func runSequence(t *testing.T, seed uint64, opsPct, reflink int) {
+func runSequence(t *testing.T, seed uint64, opsPct, reflink int, etcd func(t *testing.T) *etcdkv.Options) {
 	cfg := configFor(seed)
 	ops := cfg.ops * opsPct / 100
 	if *flagOps != 0 {
@@ -236,12 +243,13 @@ func runSequence(t *testing.T, seed uint64, opsPct, reflink int) {
 			opts.WritebackAge = 2 * time.Millisecond
 			opts.SyncInterval = 5 * time.Millisecond
 		}
-		e := newTestEngine(t, EngineConfig{
-			DeviceBytes: 256 << 20, IOUnit: cfg.ioUnit, BlockSize: cfg.blockSize, Options: opts,
-		})
-		targets = append(targets, e)
+		ec := EngineConfig{DeviceBytes: 256 << 20, IOUnit: cfg.ioUnit, BlockSize: cfg.blockSize, Options: opts}
+		if etcd != nil {
+			ec.Etcd = etcd(t)
+		}
+		targets = append(targets, newTestEngine(t, ec))
 	}
-	if cfg.host && *flagHost {
+	if cfg.host && *flagHost && etcd == nil {
 		host, why := metaHost(t, steps, int64(cfg.blockSize))
 		if host != nil {
 			targets = append(targets, host)

@@ -594,6 +594,12 @@ func diffLines(aName string, a []string, bName string, b []string) string {
 // does (needsXFS), a directory of the XFS oracle; without one (not root,
 // no mkfs.xfs) those cases check the engine's errno only.
 func TestPOSIX(t *testing.T) {
+	runPOSIX(t, posixCases(), func(t *testing.T) *Engine { return newTestEngine(t, EngineConfig{}) })
+}
+
+// runPOSIX runs cases as TestPOSIX does, each as a parallel subtest on the
+// engine newEngine returns.
+func runPOSIX(t *testing.T, cases []posixCase, newEngine func(t *testing.T) *Engine) {
 	var mu sync.Mutex
 	var known []string // protected by mu
 	t.Cleanup(func() { // after every (parallel) case
@@ -602,10 +608,10 @@ func TestPOSIX(t *testing.T) {
 			t.Logf("%d cases fail because of known engine bugs (see its issue):\n  %s", len(known), strings.Join(known, "\n  "))
 		}
 	})
-	for _, c := range posixCases() {
+	for _, c := range cases {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			eng := newTestEngine(t, EngineConfig{})
+			eng := newEngine(t)
 			el, esetup, ecall := transcript(eng, c)
 			el = append(el, checkEngine(t, eng)...)
 			var problems []string
