@@ -1,6 +1,7 @@
 // Package reliability holds sluice's reliability tests (issue 9, parts
 // 2-6): device faults, a full device, fuzzing, hostile input at the API
-// and a concurrency soak. It has no non-test code but this manual; the
+// and a concurrency soak; and etcd faults under a volume whose metadata
+// is in etcd (issue 18). It has no non-test code but this manual; the
 // crash campaign lives in internal/harness/crashtest.
 //
 // # The stack
@@ -92,6 +93,50 @@
 // directories, the 2^63-1 size limit and xattr limits. Each returns the
 // errno Linux returns (checked against the kernel on tmpfs, whose maximum
 // file size is the same) and changes nothing.
+//
+// etcd faults (etcdfault_test.go, issue 18): a volume whose metadata is
+// in a real three-member etcd cluster started in the test process
+// (etcdtest, started by the first test that needs it and closed by
+// TestMain), its data in an image file, opened as `sluice mount` opens it
+// (volume.Open takes the ownership lease: keep-alives and the data fence
+// run), under a workload of three goroutines creating, writing (buffered
+// and O_DIRECT), fsyncing, renaming and unlinking files and one appending
+// and fsyncing a log. Every call is bounded (a hang fails the test with
+// every goroutine's stack); every fsynced file and log prefix is read
+// back, through the running engine where it still serves and after a
+// reopen, and fsck (sluice.CheckVolume) is clean:
+//
+//   - one member down (TestEtcdOneMemberDown: a follower killed, then the
+//     leader stopped): no call fails outside the window from the fault
+//     until a leader has been seen for 2 s, and none has in practice; the
+//     file system never shuts down, the owner keeps its lease and the
+//     fence fails nothing;
+//   - leader changes (TestEtcdLeaderChanges: the leader killed and
+//     restarted three times during the workload): the commits in flight
+//     at each kill wait for the next leader and apply once (etcdkv sends
+//     an owned commit that got no answer again, guarded so that it
+//     applies at most once); no call fails, the file system never shuts
+//     down; the slowest call takes about one RequestTimeout. Kills less
+//     than RequestTimeout apart can still leave a commit without an
+//     answer (outcome unknown: the engine shuts down), so the test spaces
+//     them;
+//   - no quorum (TestEtcdQuorumLost: two members stopped for three lease
+//     TTLs, RequestTimeout 2 s): every call succeeds (it needed no etcd
+//     round trip) or fails with EIO within callBound; a commit in flight
+//     fails after 2 x RequestTimeout (its first attempt, then the resends
+//     that find no leader: "outcome unknown"), a read after one; the first
+//     failed commit shuts the file system down (ErrShutdown), and later
+//     changes fail at once. The lease is not lost, however long the
+//     outage: etcd expires leases only with a leader, and a new leader
+//     extends every lease by its TTL, so the owner's keep-alives renew it
+//     within a few hundred milliseconds of the restart. Once a quorum is
+//     back, the shut-down engine closes without writing anything back,
+//     the volume is released cleanly and reopens at once (well under a
+//     second from the restart), with everything fsynced before the outage.
+//     A lost lease (revoked, or expired while this host was frozen) is
+//     volume's TestEtcdTakeoverFence: commits fail with ErrNotOwner, data
+//     requests with ErrFenced, both EIO; a mount then shuts its engine
+//     down (cmd/sluice).
 //
 // Soak (soak_test.go): TestSoak, described there: owned ranges with exact
 // models checked by every read, tagged sectors in shared chaos files, a
