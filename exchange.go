@@ -91,34 +91,23 @@ func (fs *FS) exchangeRange(in1, in2 *inode, off1, off2, n int64, flags uint64) 
 	nb := uint64(roundUp(n, bs) / bs)
 	fb1, fb2 := uint64(off1/bs), uint64(off2/bs)
 	toEOF := flags&ExchangeToEOF != 0
-	size1, size2 := in1.size(), in2.size()
-	// Each file's side: its range, its size before and after, and the
-	// other file's EOF as it lands in it.
-	sides := []struct {
-		in                 *inode
-		off, size, newSize int64
-		otherEOF           int64
-	}{
-		{in1, off1, size1, size1, off1 + size2 - off2},
-		{in2, off2, size2, size2, off2 + size1 - off1},
-	}
-	if toEOF {
-		sides[0].newSize, sides[1].newSize = size2, size1
-	}
 	if n > 0 || toEOF {
-		// No page may outlive its blocks' move (nor, once the sizes
-		// are swapped, its place inside the size); pending conversions
-		// and remaps become durable first, so the records moved say
-		// what the blocks hold.
-		for _, x := range sides {
-			lo, hi := x.off, x.off+int64(nb)*bs
+		// No page may outlive its blocks' move (nor, TO_EOF, the size
+		// change: each file's range runs to its new EOF and past);
+		// pending conversions and remaps become durable first, so the
+		// records moved say what the blocks hold.
+		for _, x := range []struct {
+			in  *inode
+			off int64
+		}{{in1, off1}, {in2, off2}} {
+			hi := x.off + int64(nb)*bs
 			if toEOF {
-				lo, hi = min(lo, roundDown(x.newSize, bs)), maxFileSize
+				hi = maxFileSize
 			}
-			if err := x.in.invalidateRange(lo, hi); err != nil {
+			if err := x.in.invalidateRange(x.off, hi); err != nil {
 				return err
 			}
-			x.in.waitBlocksIdle(uint64(lo/bs), uint64(hi/bs))
+			x.in.waitBlocksIdle(uint64(x.off/bs), uint64(hi/bs))
 		}
 		for _, in := range []*inode{in1, in2} {
 			if err := in.settleRemaps(); err != nil {
@@ -135,22 +124,6 @@ func (fs *FS) exchangeRange(in1, in2 *inode, off1, off2, n int64, flags uint64) 
 	}
 	if err := fs.exchangeMappings(in1, in2, fb1, fb2, nb, flags); err != nil {
 		return err
-	}
-	if toEOF && in1 != in2 {
-		// Nothing past a file's EOF survives an exchange (as after a
-		// truncate): the tail of each file's new EOF block is zeroed,
-		// and so is the tail of the other file's EOF block where it
-		// lands inside the new size.
-		for _, x := range sides {
-			for _, at := range []int64{x.newSize, x.otherEOF} {
-				if at%bs == 0 || at > x.newSize {
-					continue
-				}
-				if _, err := x.in.zeroBlockRange(uint64(at/bs), at%bs, bs); err != nil {
-					return err
-				}
-			}
-		}
 	}
 	fs.counters.Exchanges.Add(1)
 	if flags&ExchangeDsync != 0 {
@@ -207,10 +180,15 @@ func (fs *FS) exchangeMappings(in1, in2 *inode, fb1, fb2, nb uint64, flags uint6
 			}
 		}
 		if flags&ExchangeToEOF != 0 {
-			in1.attr.Size, in2.attr.Size = in2.attr.Size, in1.attr.Size
-			// Sizes swapped as they are (XFS) can leave a file's
-			// written blocks past its EOF when the offsets differ:
-			// they could never be read (an extending truncate or
+			// Each file ends where the other's EOF lands in it
+			// (both offsets 0: the sizes swap), as XFS on Linux
+			// 6.18.44 does; earlier kernels swapped the sizes as they
+			// were whatever the offsets.
+			off1, off2 := fb1*uint64(bs), fb2*uint64(bs)
+			s1, s2 := in1.attr.Size, in2.attr.Size
+			in1.attr.Size, in2.attr.Size = off1+s2-off2, off2+s1-off1
+			// Written blocks the exchange leaves past a file's new
+			// EOF could never be read (an extending truncate or
 			// write zeroes what it exposes), and go.
 			for _, x := range []struct {
 				in *inode

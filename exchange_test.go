@@ -76,7 +76,7 @@ func TestExchangeRange(t *testing.T) {
 		{name: "to EOF", c1: blocksOf("BB", 5000), c2: blocksOf("AAA", 12000), flags: ExchangeToEOF, n: 123,
 			want1: blocksOf("AAA", 12000), want2: blocksOf("BB", 5000), timesChange: true},
 		{name: "to EOF, other offsets", c1: blocksOf("AAAAA", 20000), c2: blocksOf("BB", -1), off2: 4096, flags: ExchangeToEOF,
-			want1: blocksOf("B0", -1), want2: blocksOf("BAAAA", 20000), timesChange: true},
+			want1: blocksOf("B", -1), want2: blocksOf("BAAAAA", 24096), timesChange: true},
 		{name: "dry run", c1: blocksOf("AA", -1), c2: blocksOf("BB", -1), n: 4096, flags: ExchangeDryRun,
 			want1: blocksOf("AA", -1), want2: blocksOf("BB", -1)},
 		{name: "file1 written", c1: blocksOf("0A0", -1), c2: blocksOf("BBB", -1), n: 3 * 4096, flags: ExchangeFile1Written,
@@ -195,22 +195,23 @@ func blockLetters(b []byte) string {
 	return string(s)
 }
 
-// TestExchangeToEOFLeavesNothingPastEOF: after a TO_EOF exchange whose
-// size swap leaves a file shorter than what it held, nothing of what lay
-// past the new EOF comes back: not cached pages (a truncate up shows
-// zeros; fstest B20), not written blocks (fsck clean after fsync), not the
-// tail of the EOF block (a second exchange that moves that block shows
-// zeros there; fstest B27).
+// TestExchangeToEOFLeavesNothingPastEOF: after a TO_EOF exchange that
+// leaves a file shorter than what it held, nothing of what lay past the
+// new EOF comes back: not cached pages (a truncate up shows zeros; fstest
+// B20), not written blocks (fsck clean after fsync), not the tail of the
+// EOF block (a second exchange that moves that block shows only the bytes
+// below its EOF; fstest B27).
 func TestExchangeToEOFLeavesNothingPastEOF(t *testing.T) {
 	e := newEnv(t, envConfig{})
-	f1, f2 := exchangeFiles(t, e, blocksOf("A", -1), blocksOf("BB", -1)) // buffered, not synced
-	if err := f2.ExchangeRange(f1, 4096, 8192, 0, ExchangeToEOF); err != nil {
+	f1, f2 := exchangeFiles(t, e, blocksOf("A", -1), blocksOf("BBB", -1)) // buffered, not synced
+	// [0, 8192) of f1 with [4096, 12288) of f2: f2 ends at 8192.
+	if err := f2.ExchangeRange(f1, 0, 4096, 0, ExchangeToEOF); err != nil {
 		t.Fatal(err)
 	}
 	if err := f2.Truncate(3 * 4096); err != nil {
 		t.Fatal(err)
 	}
-	wantBytes(t, "file2 grown after the exchange", f2, blocksOf("B00", -1))
+	wantBytes(t, "file2 grown after the exchange", f2, blocksOf("BA0", -1))
 	if err := f2.Fsync(); err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +229,7 @@ func TestExchangeToEOFLeavesNothingPastEOF(t *testing.T) {
 	if err := g3.ExchangeRange(g1, 4096, 0, 0, ExchangeToEOF); err != nil {
 		t.Fatal(err)
 	}
-	want := make([]byte, 5000)
-	copy(want, blocksOf("B", 904))
-	wantBytes(t, "file3", g3, want)
+	// g1 is A then g2's 5000 bytes; g3 ends where g1's EOF lands.
+	wantBytes(t, "file3", g3, blocksOf("BB", 5000))
 	checkClean(t, e.fs)
 }

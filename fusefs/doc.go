@@ -249,7 +249,7 @@
 // attributes, so reads and stat after the ioctl see the exchanged data,
 // sizes and times. With Options.WritebackCache the kernel keeps its own
 // sizes of open files over the daemon's (fuse_change_attributes_i), so an
-// exchange with TO_EOF, which swaps sizes, is refused with EOPNOTSUPP
+// exchange with TO_EOF, which changes sizes, is refused with EOPNOTSUPP
 // there; exchanges within EOF work. TestExchangeRangeMount and
 // TestExchangeRangeMountWriteback show it on the running kernel.
 //

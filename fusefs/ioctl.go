@@ -117,7 +117,7 @@ func (fs *FS) Ioctl(cancel <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out 
 // With Options.WritebackCache the kernel owns the sizes (and times) of
 // regular files: fuse_change_attributes_i keeps its own i_size over the
 // daemon's, even after an invalidation, for as long as it holds the inode.
-// An exchange with TO_EOF, which swaps the sizes, would leave the kernel
+// An exchange with TO_EOF, which changes the sizes, would leave the kernel
 // reading and appending at the old ones, so it is refused with EOPNOTSUPP
 // (after the descriptor checks, before the engine's); exchanges of ranges
 // within EOF work, their dirty pages written back first as above.

@@ -115,7 +115,7 @@ func TestExchangeRangeMount(t *testing.T) {
 		t.Error("the reads after the exchange did not reach the daemon: the cached pages were kept")
 	}
 
-	// TO_EOF swaps the sizes, which a stat shows at once although the
+	// TO_EOF at offsets 0 swaps the sizes, which a stat shows at once although the
 	// kernel had cached both files' attributes.
 	if err := os.WriteFile(e.path("c"), fill("Cc")[:bs+100], 0o644); err != nil {
 		t.Fatal(err)

@@ -822,8 +822,10 @@ func (h *modelHandle) DedupeRange(srcOff, n int64, dst Handle, dstOff int64) (in
 // O_APPEND, EINVAL for the ranges (negative or overflowing unless
 // TO_EOF, an offset past EOF, misaligned offsets, a range past EOF
 // without TO_EOF, a partial block not at EOF, overlap within one file).
-// TO_EOF takes the longer of the two ranges to EOF and swaps the sizes
-// literally (the bytes past a file's new EOF go). Whole blocks are
+// TO_EOF takes the longer of the two ranges to EOF and ends each file
+// where the other's EOF lands in it (off1+size2-off2, off2+size1-off1),
+// as Linux 6.18.44 does (earlier kernels swapped the sizes literally
+// whatever the offsets; the bytes past a file's new EOF go). Whole blocks are
 // exchanged, so a partial last block carries the zeros past EOF with it.
 func (h *modelHandle) ExchangeRange(file1 Handle, off1, off2, n int64, flags uint64) error {
 	const toEOF, dryRun, file1Written = ExchangeToEOF, ExchangeDryRun, ExchangeFile1Written
@@ -907,7 +909,7 @@ func (h *modelHandle) ExchangeRange(file1 Handle, off1, off2, n int64, flags uin
 	copy(b[off2:], tmp)
 	new1, new2 := size1, size2
 	if flags&toEOF != 0 {
-		new1, new2 = size2, size1
+		new1, new2 = off1+size2-off2, off2+size1-off1
 	}
 	n1.data = a
 	n1.setSize(new1)

@@ -82,13 +82,12 @@ func remountAfterFlusher(t *testing.T, e *Engine, data []byte, i int) int {
 	return -1
 }
 
-// TestExchangeToEOFTail exchanges to EOF at different offsets, which
-// leaves f1's new EOF block (f1 shrinks from 9000 B to 5000 B) holding f2's
-// bytes past the new EOF, then exchanges that block into the middle of f3:
-// f3 must show zeros past 904 bytes, as the model does (bug B27, fixed:
-// the engine dropped the whole blocks a TO_EOF exchange left past a new
-// EOF but not the tail of the EOF block, and f3 showed 3192 old bytes of
-// f2). XFS shows even more: it keeps the whole blocks too.
+// TestExchangeToEOFTail exchanges to EOF at different offsets, then
+// exchanges f1's new EOF block into the middle of f3: f3 must show what
+// the model shows. Under the literal size swap of kernels before 6.18.44
+// this was bug B27 (f1's new EOF block held f2's bytes past the new EOF,
+// and f3 showed 3192 of them); with each file ending where the other's
+// EOF lands, the EOF block moves with its EOF.
 func TestExchangeToEOFTail(t *testing.T) {
 	const bug = ""
 	ops := seq(file("f1", 9000, 1), file("f2", 5000, 2), file("f3", 12288, 3),
