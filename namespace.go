@@ -743,55 +743,78 @@ func (fs *FS) Setattr(ino Ino, sa SetAttr) (Attr, error) {
 	if sa.Mode == nil && !chown && sa.Atime == nil && sa.Mtime == nil && !sa.AtimeNow && !sa.MtimeNow {
 		return in.attrLocked()
 	}
-	err = fs.transact(func(t *txn) error {
-		a := &in.attr
-		t0 := now()
-		if sa.Mode != nil {
-			a.Mode = a.Mode&syscall.S_IFMT | *sa.Mode&0o7777
+	if chown && !isDir(in.attr.Mode) && in.needsPrivStripLocked() {
+		// The chown clears set-user-ID, set-group-ID or capabilities:
+		// the capability's xattr goes with the attributes, in one
+		// transaction.
+		err = fs.transact(func(t *txn) error {
+			in.setAttrLocked(sa, now())
+			t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
+			t.putInode(&in.attr)
+			in.attrDirty = false
+			return nil
+		})
+		if err != nil {
+			return Attr{}, err
+		}
+		return in.attrLocked()
+	}
+	// Delayed logging: the change is in-core, persisted with the inode's
+	// next transaction or at the next sync point (fsync, syncfs, the
+	// background interval), as a write's mtime is; no transaction here.
+	in.setAttrLocked(sa, now())
+	if !in.attrDirty {
+		in.attrDirty = true
+		fs.markDirty(in)
+	}
+	fs.counters.AttrsDeferred.Add(1)
+	return in.attrLocked()
+}
+
+// setAttrLocked applies sa's mode, owner and times to in.attr, with ctime
+// t0 (chown's side effects on the mode included; the capability xattr is
+// the caller's).
+//
+// Preconditions: in.mu is held.
+func (in *inode) setAttrLocked(sa SetAttr, t0 int64) {
+	a := &in.attr
+	if sa.Mode != nil {
+		a.Mode = a.Mode&syscall.S_IFMT | *sa.Mode&0o7777
+		in.privChecked = false
+	}
+	if sa.Chown || sa.Uid != nil || sa.Gid != nil {
+		if sa.Uid != nil {
+			a.Uid = *sa.Uid
+		}
+		if sa.Gid != nil {
+			a.Gid = *sa.Gid
+		}
+		// Every chown, even to the same owner or chown(f, -1, -1),
+		// clears set-user-ID, set-group-ID (the group-exec-less sgid
+		// marks mandatory locking) and capabilities on non-directories
+		// (ATTR_KILL_SUID, ATTR_KILL_SGID, ATTR_KILL_PRIV in
+		// chown_common).
+		if !isDir(a.Mode) {
+			a.Mode &^= syscall.S_ISUID
+			if a.Mode&0o010 != 0 {
+				a.Mode &^= syscall.S_ISGID
+			}
 			in.privChecked = false
 		}
-		if chown {
-			if sa.Uid != nil {
-				a.Uid = *sa.Uid
-			}
-			if sa.Gid != nil {
-				a.Gid = *sa.Gid
-			}
-			// Every chown, even to the same owner or chown(f, -1, -1),
-			// clears set-user-ID, set-group-ID (the group-exec-less
-			// sgid marks mandatory locking) and capabilities on
-			// non-directories (ATTR_KILL_SUID, ATTR_KILL_SGID,
-			// ATTR_KILL_PRIV in chown_common).
-			if !isDir(a.Mode) {
-				a.Mode &^= syscall.S_ISUID
-				if a.Mode&0o010 != 0 {
-					a.Mode &^= syscall.S_ISGID
-				}
-				t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
-				in.privChecked = false
-			}
-		}
-		switch {
-		case sa.AtimeNow:
-			a.Atime = t0
-		case sa.Atime != nil:
-			a.Atime = sa.Atime.UnixNano()
-		}
-		switch {
-		case sa.MtimeNow:
-			a.Mtime = t0
-		case sa.Mtime != nil:
-			a.Mtime = sa.Mtime.UnixNano()
-		}
-		a.Ctime = t0
-		t.putInode(a)
-		in.attrDirty = false
-		return nil
-	})
-	if err != nil {
-		return Attr{}, err
 	}
-	return in.attrLocked()
+	switch {
+	case sa.AtimeNow:
+		a.Atime = t0
+	case sa.Atime != nil:
+		a.Atime = sa.Atime.UnixNano()
+	}
+	switch {
+	case sa.MtimeNow:
+		a.Mtime = t0
+	case sa.Mtime != nil:
+		a.Mtime = sa.Mtime.UnixNano()
+	}
+	a.Ctime = t0
 }
 
 // Utimes sets the access and modification times of inode ino.
