@@ -11,7 +11,9 @@
 #   sluice          sluice mount of a fresh volume in $WORK ($SLUICE_ARGS
 #                   are added to `sluice mount`, e.g. "--cache sluice")
 #   sluice2 sluice3 more sluice mounts with $SLUICE2_ARGS and $SLUICE3_ARGS
-#                   (to compare options in the same run)
+#                   (to compare options in the same run), and with the binary
+#                   $SLUICE2_BIN if set (to compare two builds, e.g. one of
+#                   the commit before a change: go build -o /tmp/old ./cmd/sluice)
 #   sluice-uring sluice-devfuse
 #                   sluice mounts ($SLUICE_ARGS too) with --transport uring and
 #                   --transport devfuse: the transport dimension, e.g.
@@ -30,6 +32,10 @@
 #   bsr1m bsw1m     1 MiB buffered sequential read (cold) / write (+fsync)
 #   brr4k-hot       4 KiB buffered randread, psync, after reading the file
 #   brw4k           4 KiB buffered randwrite, psync, fsync at the end
+#   utime chmod open stat
+#                   one metadata call in a loop by one thread (metaops:
+#                   utimensat, chmod, open+close, stat of one file), calls/s
+#                   reported as IOPS
 # Every target stays mounted for the whole run and the cases run round by
 # round (ROUNDS, default 3), target after target, so that changes in the
 # machine's load (it may be shared) hit every target alike; the report is
@@ -50,6 +56,7 @@ CASES=${CASES:-"rr4k-1 rr4k-4 rw4k-1 rw4k-4 rw512-1 brr4k-cold"}
 SLUICE_ARGS=${SLUICE_ARGS:-}
 SLUICE2_ARGS=${SLUICE2_ARGS:-}
 SLUICE3_ARGS=${SLUICE3_ARGS:-}
+SLUICE2_BIN=${SLUICE2_BIN:-}
 PROFILE=${PROFILE:-}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$WORK/results.txt}
@@ -60,7 +67,7 @@ command -v fio >/dev/null || { echo "fio is not installed" >&2; exit 1; }
 mkdir -p "$WORK"
 BIN=$WORK/bin
 mkdir -p "$BIN"
-(cd "$REPO" && go build -o "$BIN/sluice" ./cmd/sluice && go build -o "$BIN/loopback" ./fusefs/bench/loopback)
+(cd "$REPO" && go build -o "$BIN/sluice" ./cmd/sluice && go build -o "$BIN/loopback" ./fusefs/bench/loopback && go build -o "$BIN/metaops" ./fusefs/bench/metaops)
 
 declare -A MNT DAEMON
 LOOPDEV=
@@ -102,14 +109,14 @@ setup() {
 		mount "$LOOPDEV" "$m"
 		;;
 	sluice | sluice2 | sluice3 | sluice-uring | sluice-devfuse)
-		local args=$SLUICE_ARGS
+		local args=$SLUICE_ARGS bin=$BIN/sluice
 		port=9188
-		if [ "$t" = sluice2 ]; then args=$SLUICE2_ARGS port=9189; fi
+		if [ "$t" = sluice2 ]; then args=$SLUICE2_ARGS port=9189 bin=${SLUICE2_BIN:-$BIN/sluice}; fi
 		if [ "$t" = sluice3 ]; then args=$SLUICE3_ARGS port=9190; fi
 		if [ "$t" = sluice-uring ]; then args="$SLUICE_ARGS --transport uring" port=9191; fi
 		if [ "$t" = sluice-devfuse ]; then args="$SLUICE_ARGS --transport devfuse" port=9192; fi
 		# shellcheck disable=SC2086
-		"$BIN/sluice" mount "$WORK/vol-$t" "$m" --size 8G --metrics 127.0.0.1:$port $args >"$WORK/$t.out" 2>"$WORK/$t.err" &
+		"$bin" mount "$WORK/vol-$t" "$m" --size 8G --metrics 127.0.0.1:$port $args >"$WORK/$t.out" 2>"$WORK/$t.err" &
 		DAEMON[$t]=$!
 		wait_line "$WORK/$t.out" '^mounted'
 		;;
@@ -168,6 +175,8 @@ path, t, c, ticks, r, hz, runtime, ramp = sys.argv[1:]
 j = json.load(open(path))["jobs"][0]
 iops = j["read"]["iops"] + j["write"]["iops"]
 mibs = (j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 2**20
+if c in ("utime", "chmod", "open", "stat"):
+    ramp = 0  # metaops has no ramp
 ios = iops * (float(runtime) + float(ramp))
 cpu = int(ticks) / int(hz)
 us = cpu / ios * 1e6 if ios and int(ticks) else 0
@@ -189,15 +198,23 @@ for r in $(seq "$ROUNDS"); do
 			brr4k-cold | bsr1m) drop_caches ;;
 			brr4k-hot) cat "$m/bench.dat" >/dev/null ;;
 			esac
-			args=$(fio_case "$c" "$m")
+			args=
+			case $c in utime | chmod | open | stat) ;; *) args=$(fio_case "$c" "$m") ;; esac
 			before=$(cpu_ticks "$pid")
 			prof=
 			if [ "$PROFILE" = "$c" ] && [ "$t" = sluice ] && [ "$r" = 1 ]; then
 				(sleep "$RAMP" && curl -s -o "$WORK/cpu-$c.pprof" "http://127.0.0.1:9188/debug/pprof/profile?seconds=$((RUNTIME - 1))") &
 				prof=$!
 			fi
-			# shellcheck disable=SC2086
-			fio --name="$c" $args --output-format=json --output="$WORK/$t-$c.json"
+			case $c in
+			utime | chmod | open | stat)
+				"$BIN/metaops" -op "$c" -seconds "$RUNTIME" "$m" >"$WORK/$t-$c.json"
+				;;
+			*)
+				# shellcheck disable=SC2086
+				fio --name="$c" $args --output-format=json --output="$WORK/$t-$c.json"
+				;;
+			esac
 			after=$(cpu_ticks "$pid")
 			if [ -n "$prof" ]; then
 				wait "$prof" && cp "$WORK/cpu-$c.pprof" "${OUT%.txt}-cpu-$c.pprof"
