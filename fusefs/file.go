@@ -142,16 +142,17 @@ func (fs *FS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
 	}
 }
 
-// Flush answers FLUSH (each close(2)). Data written through sluice is in
-// the engine already; durability is fsync's business, as on a local file
-// system, so there is nothing to do.
+// Flush answers FLUSH (each close(2)) with ENOSYS, which the kernel
+// remembers (fc->no_flush): no close sends it again. Data written through
+// sluice is in the engine already (with the writeback cache the kernel
+// writes its dirty pages back before it would send FLUSH, whatever the
+// answer), durability is fsync's business, and the kernel keeps POSIX
+// and flock locks itself (no CAP_POSIX_LOCKS), so FLUSH has nothing to
+// carry; it only cost a round trip per close.
 func (fs *FS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	t := fs.start()
 	defer fs.done(opFlush, t)
-	if _, st := fs.getHandle(in.Fh); !st.Ok() {
-		return st
-	}
-	return fuse.OK
+	return fuse.ENOSYS
 }
 
 // aligned reports whether [off, off+n) is aligned to the I/O unit.

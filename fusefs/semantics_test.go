@@ -333,3 +333,22 @@ func TestFallocateSeek(t *testing.T) {
 	}
 	e.checkClean()
 }
+
+// TestCloseSendsNoFlush: FLUSH is answered ENOSYS, so after the first
+// close(2) the kernel sends none (fc->no_flush): a close costs no round
+// trip, and what was written before it is still there after it.
+func TestCloseSendsNoFlush(t *testing.T) {
+	m := NewMetrics()
+	e := newMountEnv(t, envOpts{fuse: Options{Metrics: m}})
+	for i := range 4 {
+		if err := os.WriteFile(e.path("f"), []byte{byte(i)}, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := m.ops[opFlush].count.Load(); n > 1 {
+		t.Errorf("4 closes sent %d FLUSH requests, want at most 1", n)
+	}
+	if b, err := os.ReadFile(e.path("f")); err != nil || !bytes.Equal(b, []byte{3}) {
+		t.Errorf("after the closes f holds %v (%v), want [3]", b, err)
+	}
+}
