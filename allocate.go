@@ -74,7 +74,7 @@ func (in *inode) allocateLocked(t *txn, first, n, reserved uint64) error {
 			left -= e.Len
 		}
 	}
-	t.putInode(&in.attr)
+	t.putAttr(in)
 	in.attrDirty = false
 	return nil
 }

@@ -521,7 +521,6 @@ func (in *inode) copyToPages(k *kiocb, publish bool) (int64, error) {
 // after it released the I/O lock: write them through and sync for
 // O_DSYNC, or start their writeback for an uncached write.
 func (in *inode) bufferedWriteDone(k *kiocb, done int64) (int, error) {
-	fs := in.fs
 	if k.dsync {
 		if err := in.writeback(k.off, k.off+done, true); err != nil {
 			return 0, err
@@ -529,7 +528,7 @@ func (in *inode) bufferedWriteDone(k *kiocb, done int64) (int, error) {
 		if err := in.pages.TakeError(); err != nil {
 			return 0, err
 		}
-		if err := fs.group.sync(); err != nil {
+		if err := k.syncWritten(); err != nil {
 			return 0, err
 		}
 	} else if k.dontcache && !k.nowait {

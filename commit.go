@@ -67,6 +67,7 @@ func (fs *FS) transact(fn func(t *txn) error) error {
 		in.clearRecs()
 	}
 	fs.commit.seq = t.seq
+	fs.committedSeq.Store(t.seq)
 	fs.counters.MetaCommits.Add(1)
 	return nil
 }
@@ -83,6 +84,15 @@ func (fs *FS) shutdownWith(err error) error {
 // putInode records in's attributes.
 func (t *txn) putInode(in *meta.Inode) { t.kv.Set(meta.InodeKey(in.Ino), meta.EncodeInode(in)) }
 
+// putAttr records in's attributes (in.attr) and notes that its record is
+// in this transaction (inode.metaSeq, committedSize).
+//
+// Preconditions: in.mu is held.
+func (t *txn) putAttr(in *inode) {
+	t.putInode(&in.attr)
+	in.metaSeq, in.committedSize = t.seq, in.attr.Size
+}
+
 // extents returns a Recorder that writes in's extent-record changes, after
 // the changes deferred in in.recs, which the transaction writes first (and
 // clears once it commits), so that the records take every change in order.
@@ -90,6 +100,7 @@ func (t *txn) putInode(in *meta.Inode) { t.kv.Set(meta.InodeKey(in.Ino), meta.En
 // Preconditions: in.mu is held.
 func (t *txn) extents(in *inode) extmap.Recorder {
 	r := extentRecorder{t.kv, in.ino}
+	in.metaSeq = t.seq
 	if len(in.recs) > 0 && !slices.Contains(t.flushed, in) {
 		for _, op := range in.recs {
 			if op.del {
@@ -236,6 +247,7 @@ func (fs *FS) syncPoint() error {
 	if err := fs.kv.Sync(); err != nil {
 		return fs.shutdownWith(fmt.Errorf("syncing metadata: %w", err))
 	}
+	fs.syncedSeq.Store(seq)
 	fs.alloc.Unbusy(seq)
 	fs.shared.Unrelease(seq)
 	fs.counters.SyncPoints.Add(1)

@@ -707,7 +707,7 @@ func (op *dioOp) finishWrite(err error) {
 		in.ranges.Unlock(op.rng)
 	}
 	if err == nil && op.k.dsync {
-		err = in.fs.group.sync()
+		err = op.k.syncWritten()
 	}
 	if op.holdLock {
 		in.io.Unlock(op.mode)
@@ -733,7 +733,7 @@ func (op *dioOp) finishAppended(rng *iolock.Range, err error) {
 	}
 	in.dio.End()
 	if err == nil && op.k.dsync {
-		err = in.fs.group.sync()
+		err = op.k.syncWritten()
 	}
 	if err != nil {
 		op.complete(0, err)

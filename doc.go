@@ -40,10 +40,12 @@
 //
 // The in-core state (inodes, extent maps) is authoritative; the metadata
 // (Pebble) lags behind it in exactly two ways, both repaired by the next
-// sync point (Fsync, Fdatasync, O_SYNC writes, SyncAll, Close, and the
-// background syncer every Options.SyncInterval):
+// sync point (Fsync, Fdatasync, O_SYNC and O_DSYNC writes, SyncAll, Close,
+// and the background syncer every Options.SyncInterval):
 //
-//   - attributes changed by data writes (size, times) are persisted later;
+//   - attributes changed by data writes (size, times) and by Setattr
+//     without a size (chmod, chown, utimes) are persisted later, by the
+//     inode's next transaction or the sync point;
 //   - blocks written into unwritten extents are persisted as unwritten until
 //     a device flush made their data durable (extmap epochs), so a crash can
 //     only show zeros there, never the blocks' previous (another file's)
@@ -55,7 +57,10 @@
 // is committed at once, unsynced; commits become durable in order. Blocks
 // freed by a transaction stay busy (not reallocated) until that transaction
 // is durable, so a crash never shows one file's blocks inside another.
-// Concurrent Fsyncs share sync points (group commit).
+// Concurrent Fsyncs share sync points (group commit). Fdatasync and an
+// O_DSYNC write need no sync point when the metadata that reads their data
+// back is durable already (inode.metaSeq): a device flush makes the data
+// durable.
 //
 // # Lock order
 //

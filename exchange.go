@@ -206,7 +206,7 @@ func (fs *FS) exchangeMappings(in1, in2 *inode, fb1, fb2, nb uint64, flags uint6
 		}
 		for _, in := range []*inode{in1, in2} {
 			in.attr.Mtime, in.attr.Ctime = t0, t0
-			t.putInode(&in.attr)
+			t.putAttr(in)
 			in.attrDirty = false
 			if in1 == in2 {
 				break

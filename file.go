@@ -463,13 +463,14 @@ func (f *File) Fsync() error {
 }
 
 // Fdatasync is Fsync without the promise for attributes that are not
-// needed to read the data back. (It currently does the same work.)
+// needed to read the data back: when only timestamps changed since the
+// last sync point it flushes the device and syncs no metadata.
 func (f *File) Fdatasync() error {
 	if err := f.begin(); err != nil {
 		return pathErr("fdatasync", f.name, err)
 	}
 	defer f.end()
-	return pathErr("fdatasync", f.name, f.in.fsync())
+	return pathErr("fdatasync", f.name, f.in.fdatasync())
 }
 
 // Truncate sets the file's size.

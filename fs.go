@@ -53,6 +53,10 @@ type FS struct {
 		seq     uint64   // number of the last committed transaction
 		nextIno meta.Ino // next inode number to hand out
 	}
+	// committedSeq is commit.seq, readable without commitMu; syncedSeq is
+	// the last transaction a metadata sync made durable (every earlier
+	// one is too).
+	committedSeq, syncedSeq atomic.Uint64
 	// shutdown holds the error that stopped the file system, or nil.
 	shutdown atomic.Pointer[error]
 
@@ -174,6 +178,12 @@ func OpenVolume(v *volume.Volume, opts *Options) (*FS, error) {
 		}
 		if err := fs.recoverOrphans(); err != nil {
 			return nil, err
+		}
+		// What the store shows may be what a crashed predecessor
+		// committed without syncing: synced now, every record is durable
+		// (syncedSeq 0 covers them all; see inode.metaSeq).
+		if err := fs.kv.Sync(); err != nil {
+			return nil, fmt.Errorf("syncing metadata: %w", err)
 		}
 	}
 	fs.bg.Add(2)

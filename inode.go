@@ -57,6 +57,14 @@ type inode struct {
 	// attrDirty says attr differs from the persisted record.
 	// Protected by mu.
 	attrDirty bool
+	// metaSeq is the sequence number of the last transaction that wrote
+	// the inode's record or extents (txn.putAttr, txn.extents), or of the
+	// last committed one when the inode was loaded; committedSize is the
+	// size that record holds. Once fs.syncedSeq reaches metaSeq, and the
+	// size is committedSize and nothing is pending, the metadata needed
+	// to read the file's data is durable: fdatasync needs only a device
+	// flush (syncData). Protected by mu.
+	metaSeq, committedSize uint64
 	// recs holds extent-record changes made in core and not yet written
 	// to the metadata, in order: the splits and merges of records that a
 	// conversion or a copy-on-write remap makes, which change no record's
@@ -136,7 +144,7 @@ func (fs *FS) getInode(ino meta.Ino) (*inode, error) {
 	if rec.Ino != ino {
 		return nil, eio(fmt.Errorf("inode record %d names inode %d: %w", ino, rec.Ino, meta.ErrCorrupt))
 	}
-	fresh := &inode{fs: fs, ino: ino, attr: *rec}
+	fresh := &inode{fs: fs, ino: ino, attr: *rec, metaSeq: fs.committedSeq.Load(), committedSize: rec.Size}
 	fs.icache.mu.Lock()
 	defer fs.icache.mu.Unlock()
 	if in, ok := fs.icache.m[ino]; ok { // lost a race with another loader
@@ -290,7 +298,7 @@ func (in *inode) persist(epoch uint64) error {
 			}
 		}
 		if in.attrDirty {
-			t.putInode(&in.attr)
+			t.putAttr(in)
 			in.attrDirty = false
 		}
 		return nil

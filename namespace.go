@@ -178,7 +178,7 @@ func (fs *FS) create(parent Ino, name string, mode uint32, owner Owner, rdev uin
 		if isDir(mode) {
 			dir.attr.Nlink++
 		}
-		t.putInode(&dir.attr)
+		t.putAttr(dir)
 		return nil
 	})
 	if err != nil {
@@ -308,9 +308,9 @@ func (fs *FS) LinkIno(ino, newParent Ino, newName string) (Attr, error) {
 		t.kv.Set(meta.DirentKey(newParent, newName), meta.EncodeDirent(meta.Dirent{Ino: ino, Type: fileTypeOf(mode)}))
 		in.attr.Nlink++
 		in.attr.Ctime = t0
-		t.putInode(&in.attr)
+		t.putAttr(in)
 		dir.attr.Mtime, dir.attr.Ctime = t0, t0
-		t.putInode(&dir.attr)
+		t.putAttr(dir)
 		return nil
 	})
 	if err != nil {
@@ -421,8 +421,8 @@ func (fs *FS) removeEntry(parent Ino, name string, rmdir bool) error {
 			in.attr.Nlink--
 		}
 		in.attr.Ctime = t0
-		t.putInode(&dir.attr)
-		t.putInode(&in.attr)
+		t.putAttr(dir)
+		t.putAttr(in)
 		if in.attr.Nlink == 0 {
 			// Freed when the last reference goes (maybe at once, in
 			// putInode); an orphan record covers a crash in between.
@@ -608,7 +608,7 @@ func (fs *FS) RenameInoAs(oldParent Ino, oldName string, newParent Ino, newName 
 				}
 			}
 			dstIn.attr.Ctime = t0
-			t.putInode(&dstIn.attr)
+			t.putAttr(dstIn)
 		} else {
 			if flags&RenameWhiteout != 0 {
 				// The whiteout replaces the source entry in the same
@@ -637,19 +637,19 @@ func (fs *FS) RenameInoAs(oldParent Ino, oldName string, newParent Ino, newName 
 					dstIn.attr.Nlink--
 				}
 				dstIn.attr.Ctime = t0
-				t.putInode(&dstIn.attr)
+				t.putAttr(dstIn)
 				if dstIn.attr.Nlink == 0 {
 					t.kv.Set(meta.OrphanKey(dstIn.ino), meta.EncodeBytes(nil))
 				}
 			}
 		}
 		srcIn.attr.Ctime = t0
-		t.putInode(&srcIn.attr)
+		t.putAttr(srcIn)
 		odir.attr.Mtime, odir.attr.Ctime = t0, t0
 		ndir.attr.Mtime, ndir.attr.Ctime = t0, t0
-		t.putInode(&odir.attr)
+		t.putAttr(odir)
 		if ndir != odir {
-			t.putInode(&ndir.attr)
+			t.putAttr(ndir)
 		}
 		return nil
 	})
@@ -750,7 +750,7 @@ func (fs *FS) Setattr(ino Ino, sa SetAttr) (Attr, error) {
 		err = fs.transact(func(t *txn) error {
 			in.setAttrLocked(sa, now())
 			t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
-			t.putInode(&in.attr)
+			t.putAttr(in)
 			in.attrDirty = false
 			return nil
 		})

@@ -325,7 +325,7 @@ func (fs *FS) remapRange(src, dst *inode, srcOff, dstOff, n int64, flags remapFl
 				dst.attr.Size = end
 			}
 			dst.attr.Mtime, dst.attr.Ctime = t0, t0
-			t.putInode(&dst.attr)
+			t.putAttr(dst)
 			dst.attrDirty = false
 		}
 		return nil

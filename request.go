@@ -33,6 +33,7 @@ type kiocb struct {
 	direct bool
 	nowait bool // RWF_NOWAIT or the ring's inline attempt: EAGAIN, never block
 	dsync  bool // O_DSYNC, O_SYNC, RWF_DSYNC, RWF_SYNC
+	sync   bool // O_SYNC, RWF_SYNC: the attributes durable too (syncWritten)
 	append bool // O_APPEND or RWF_APPEND
 	// keepPrivs skips the set-user-ID/capability stripping (RWFKeepPrivs).
 	keepPrivs bool
@@ -265,4 +266,14 @@ func (op *dioOp) wait() (int, error) {
 	n, err := op.result.n, op.result.err
 	op.free()
 	return n, err
+}
+
+// syncWritten makes a completed O_DSYNC or O_SYNC write durable: O_SYNC
+// (and RWF_SYNC) as fsync, with a sync point; O_DSYNC as fdatasync
+// (syncData).
+func (k *kiocb) syncWritten() error {
+	if k.sync {
+		return k.in.fs.group.sync()
+	}
+	return k.in.syncData()
 }

@@ -63,6 +63,7 @@ func (f *File) newKiocb(p []byte, off int64, flags RWFlags) *kiocb {
 		direct:    f.flags&O_DIRECT != 0,
 		nowait:    flags&RWFNoWait != 0,
 		dsync:     f.flags&(O_DSYNC|O_SYNC) != 0 || flags&(RWFDsync|RWFSync) != 0,
+		sync:      f.flags&O_SYNC == O_SYNC || flags&RWFSync != 0,
 		append:    f.flags&O_APPEND != 0 || flags&RWFAppend != 0,
 		keepPrivs: flags&RWFKeepPrivs != 0,
 		dontcache: flags&RWFDontCache != 0,

@@ -80,7 +80,7 @@ func (in *inode) setSize(size int64, growOnly bool) error {
 		}
 		in.attr.Size = uint64(size)
 		in.attr.Mtime, in.attr.Ctime = t0, t0
-		t.putInode(&in.attr)
+		t.putAttr(in)
 		in.attrDirty = false
 		return nil
 	})
@@ -204,7 +204,7 @@ func (in *inode) fallocate(mode uint32, off, n int64) error {
 			in.attr.Mtime = t0
 		}
 		in.attr.Ctime = t0
-		t.putInode(&in.attr)
+		t.putAttr(in)
 		in.attrDirty = false
 		return nil
 	})
@@ -294,7 +294,7 @@ func (in *inode) shiftRange(collapse bool, off, n int64) error {
 			in.attr.Size += uint64(n)
 		}
 		in.attr.Mtime, in.attr.Ctime = t0, t0
-		t.putInode(&in.attr)
+		t.putAttr(in)
 		in.attrDirty = false
 		return nil
 	})

@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -34,6 +35,46 @@ func (in *inode) fsync() error {
 		return werr
 	}
 	return in.fs.group.sync()
+}
+
+// fdatasync is fsync for the data: the dirty pages written back as
+// fsync writes them, then syncData.
+func (in *inode) fdatasync() error {
+	if err := in.fs.writable(); err != nil {
+		return err
+	}
+	werr := in.writebackPages(0, ^uint64(0), true)
+	if err := in.pages.TakeError(); err != nil {
+		return err
+	}
+	if werr != nil {
+		return werr
+	}
+	return in.syncData()
+}
+
+// syncData makes the file's completed writes durable with the metadata
+// needed to read them back (fdatasync, O_DSYNC). When that metadata is
+// durable already (no conversion or remap pending, no deferred record or
+// delayed allocation, the size as committed, its last record change
+// synced: inode.metaSeq), a device flush does it, as XFS's fdatasync
+// forces no log when only timestamps changed (xfs_file_fsync,
+// ili_fsync_fields); otherwise a sync point.
+func (in *inode) syncData() error {
+	fs := in.fs
+	in.mu.Lock()
+	flushOnly := in.metaSeq <= fs.syncedSeq.Load() && in.attr.Size == in.committedSize &&
+		len(in.recs) == 0 && (in.ext == nil || !in.ext.Pending()) && len(in.delalloc) == 0
+	in.mu.Unlock()
+	if !flushOnly {
+		return fs.group.sync()
+	}
+	if err := device.Flush(fs.dev); err != nil {
+		// As in syncPoint: nothing is known about what survived.
+		return fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
+	}
+	fs.counters.DataSyncsFlushOnly.Add(1)
+	return nil
 }
 
 // writebackAll writes back every dirty page of the file system and waits.

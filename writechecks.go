@@ -113,7 +113,7 @@ func (in *inode) stripPrivs() error {
 		}
 		a.Ctime = now()
 		t.kv.Delete(meta.XattrKey(in.ino, "security.capability"))
-		t.putInode(a)
+		t.putAttr(in)
 		in.attrDirty = false
 		in.privileged = false
 		return nil

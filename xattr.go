@@ -120,7 +120,7 @@ func (fs *FS) changeXattr(ino Ino, name string, fn func(exists bool, t *txn) err
 			return err
 		}
 		in.attr.Ctime = now()
-		t.putInode(&in.attr)
+		t.putAttr(in)
 		in.attrDirty = false
 		return nil
 	})
