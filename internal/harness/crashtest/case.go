@@ -278,7 +278,7 @@ func runSingle(cfg CaseConfig) *CaseResult {
 			}
 			c, _ := env.KV.Commits()
 			marks = append(marks, c)
-			if o := w.log[len(w.log)-1]; o.Kind == OpFsync || o.Kind == OpFsyncDir || o.Kind == OpSyncAll || (o.Kind == OpWrite && isSyncWrite(w, o)) {
+			if isSyncPoint(w, w.log[len(w.log)-1]) {
 				lastSync = op
 			}
 			if !at[op] {
@@ -324,13 +324,21 @@ func runSingle(cfg CaseConfig) *CaseResult {
 	return res
 }
 
-// isSyncWrite reports whether op, a write, was O_DSYNC (so a sync point).
-func isSyncWrite(w *worker, op Op) bool {
-	if op.Flags&int(sluice.RWFDsync) != 0 {
+// isSyncPoint reports whether op promised a sync point, every metadata
+// commit made by then durable: Fsync, a directory's fsync, SyncAll, a
+// write through an O_SYNC handle. Fdatasync and O_DSYNC writes promise
+// their file's data and what reads it back (model.fileSync).
+func isSyncPoint(w *worker, op Op) bool {
+	switch op.Kind {
+	case OpFsync:
+		return op.Flags != 1
+	case OpFsyncDir, OpSyncAll:
 		return true
+	case OpWrite:
+		h := w.slot(op.H)
+		return h != nil && h.sync
 	}
-	h := w.slot(op.H)
-	return h != nil && h.dsync
+	return false
 }
 
 // finalCheck checks the live file system at the end of a generation.

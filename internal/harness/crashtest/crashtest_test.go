@@ -97,6 +97,10 @@ func runCampaign(t *testing.T, points int, m *EtcdMeta) {
 		res.Cases, res.Points, res.Failed, res.Elapsed, st.Files, st.Exact, st.Worlds, st.Sectors, st.Tagged, st.Cloned, st.Moved)
 	t.Logf("reflink: %d crash points found shared blocks (%d in all); the runs cloned %d times, wrote %d shared blocks out of place (O_DIRECT) and copied %d before other writes",
 		st.SharedPoints, st.SharedBlocks, st.Clones, st.CowWrites, st.CowCopiedBlocks)
+	t.Logf("data syncs: %d fdatasyncs and O_DSYNC writes found the metadata durable and only flushed the device", st.DataSyncsFlushOnly)
+	if st.DataSyncsFlushOnly == 0 && res.Failed == 0 {
+		t.Error("no fdatasync or O_DSYNC write took the flush-only path: the campaign does not test it")
+	}
 }
 
 func firstProblem(f *Failure) string {

@@ -59,10 +59,14 @@
 // The model (model.go) keeps, for each sector, size and the namespace, the
 // history of values since their durable base, following the engine's
 // package doc: Fsync/Fdatasync make a file's data and size durable; SyncAll
-// everything; an O_DSYNC write its bytes; and each of those is a sync point,
-// which also makes durable every committed metadata change (namespace,
-// sizes, truncate, punch, zero range, fallocate, clones, shifts) and every
-// completed direct write of every file. Buffered data is never assumed
+// everything; an O_DSYNC write its bytes. Fsync, SyncAll, a directory's
+// fsync and O_SYNC writes are sync points, which also make durable every
+// committed metadata change (namespace, sizes, truncate, punch, zero
+// range, fallocate, clones, shifts) and every completed direct write of
+// every file; Fdatasync and O_DSYNC writes are sync points of their file
+// alone (the engine flushes only the device when what reads the file's
+// data back is durable already), and the check that every commit made
+// before a sync was synced skips them. Buffered data is never assumed
 // written back unless its own file was synced. A crash may show, for each
 // sector, any value from its base on, and nothing else; a file synced
 // after its last change therefore has exactly one allowed content and

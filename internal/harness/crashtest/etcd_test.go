@@ -233,7 +233,7 @@ func runMemberCrash(t *testing.T, m *EtcdMeta, mode memberCrash) {
 		}
 		c, _ := rk.Commits()
 		marks = append(marks, c)
-		if o := w.log[len(w.log)-1]; o.Kind == OpFsync || o.Kind == OpFsyncDir || o.Kind == OpSyncAll || (o.Kind == OpWrite && isSyncWrite(w, o)) {
+		if isSyncPoint(w, w.log[len(w.log)-1]) {
 			lastSync = op
 		}
 	}

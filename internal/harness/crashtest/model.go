@@ -16,12 +16,15 @@ import (
 //     durable; SyncAll makes every file's durable.
 //   - An O_DSYNC or O_SYNC write (or RWFDsync) makes the bytes it wrote
 //     durable.
-//   - Every one of those is a sync point, and a sync point also makes
-//     durable every committed metadata change (namespace, sizes, truncate,
-//     punch, zero range, fallocate, clones, collapse and insert range) and
-//     every completed direct write, of every file (the device is flushed,
-//     then conversions and attributes are persisted, then the metadata is
-//     synced).
+//   - Fsync, O_SYNC writes, a directory's fsync and SyncAll are sync
+//     points, and a sync point also makes durable every committed metadata
+//     change (namespace, sizes, truncate, punch, zero range, fallocate,
+//     clones, collapse and insert range) and every completed direct write,
+//     of every file (the device is flushed, then conversions and
+//     attributes are persisted, then the metadata is synced).
+//   - Fdatasync and O_DSYNC writes are sync points of their file alone
+//     (fileSync): the engine flushes only the device when what reads the
+//     file's data back is durable already.
 //
 // Buffered data that no sync of its own file covered may or may not have
 // reached the device: the model never assumes it did.
@@ -438,6 +441,25 @@ func (m *model) syncPoint() {
 		f.syncPoint(m.retain)
 	}
 	m.nsBase = len(m.nsLog) - 1
+}
+
+// fileSync records what Fdatasync of f (or an O_DSYNC write to it)
+// promises: a sync point for f alone, its data on the device, its size and
+// its current world durable (the engine syncs no metadata when what reads
+// f's data is durable already: no other file's state, nor the namespace,
+// becomes durable then).
+func (m *model) fileSync(f *fileModel) {
+	f.syncPoint(m.retain)
+}
+
+// dataSync records what an O_DSYNC write through h promised once its bytes
+// are recorded durable: a sync point with O_SYNC, fileSync otherwise.
+func (m *model) dataSync(h *handle) {
+	if h.sync {
+		m.syncPoint()
+	} else {
+		m.fileSync(h.fm)
+	}
 }
 
 // syncAll records SyncAll: everything is durable.

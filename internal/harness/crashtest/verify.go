@@ -76,12 +76,15 @@ type verifier struct {
 // shared blocks, and SharedBlocks adds up their numbers. Clones,
 // CowWrites and CowCopiedBlocks add up the engine's counters of the same
 // names (clones that shared blocks; direct writes of shared blocks out of
-// place; shared blocks copied before another write) over the runs.
+// place; shared blocks copied before another write) over the runs, and
+// DataSyncsFlushOnly the engine's fdatasyncs and O_DSYNC writes that
+// synced no metadata.
 type Stats struct {
 	Files, Sectors, Tagged, Exact, Worlds int
 	Cloned, Moved                         int
 	SharedPoints, SharedBlocks            int
 	Clones, CowWrites, CowCopiedBlocks    int64
+	DataSyncsFlushOnly                    int64
 }
 
 // add adds o to s.
@@ -98,6 +101,7 @@ func (s *Stats) add(o Stats) {
 	s.Clones += o.Clones
 	s.CowWrites += o.CowWrites
 	s.CowCopiedBlocks += o.CowCopiedBlocks
+	s.DataSyncsFlushOnly += o.DataSyncsFlushOnly
 }
 
 // addCounters adds the engine's reflink counters of fs.
@@ -106,6 +110,7 @@ func (s *Stats) addCounters(fs *sluice.FS) {
 	s.Clones += c["Clones"]
 	s.CowWrites += c["CowWrites"]
 	s.CowCopiedBlocks += c["CowCopiedBlocks"]
+	s.DataSyncsFlushOnly += c["DataSyncsFlushOnly"]
 }
 
 func (v *verifier) add(kind, format string, args ...any) {

@@ -171,7 +171,8 @@ type handle struct {
 	f      *sluice.File
 	fm     *fileModel
 	direct bool
-	dsync  bool
+	dsync  bool // O_DSYNC or O_SYNC
+	sync   bool // O_SYNC: every write a sync point
 	append bool // O_APPEND: writes go to EOF whatever their offset
 }
 
@@ -667,7 +668,7 @@ func (w *worker) exec(op *Op) error {
 		fm.opens++
 		w.mu.Unlock()
 		w.handles[op.H] = &handle{f: f, fm: fm, direct: op.Flags&sluice.O_DIRECT != 0, dsync: op.Flags&(sluice.O_DSYNC|sluice.O_SYNC) != 0,
-			append: op.Flags&sluice.O_APPEND != 0}
+			sync: op.Flags&sluice.O_SYNC == sluice.O_SYNC, append: op.Flags&sluice.O_APPEND != 0}
 		if f.Ino() != fm.ino {
 			return fmt.Errorf("opened inode %d, the model says %d", f.Ino(), fm.ino)
 		}
@@ -717,7 +718,7 @@ func (w *worker) exec(op *Op) error {
 		h.fm.write(off, op.N, seq, h.direct)
 		if h.dsync || op.Flags&int(sluice.RWFDsync) != 0 {
 			h.fm.collapseRange(off, op.N)
-			m.syncPoint()
+			m.dataSync(h)
 		}
 		w.mu.Unlock()
 		return nil
@@ -737,7 +738,11 @@ func (w *worker) exec(op *Op) error {
 		}
 		w.mu.Lock()
 		h.fm.collapse()
-		m.syncPoint()
+		if op.Flags == 1 {
+			m.fileSync(h.fm)
+		} else {
+			m.syncPoint()
+		}
 		w.mu.Unlock()
 		return nil
 	case OpFsyncDir:
@@ -967,7 +972,7 @@ func (w *worker) exec(op *Op) error {
 			for _, r := range op.Ranges {
 				h.fm.collapseRange(r[0], r[1])
 			}
-			m.syncPoint()
+			m.dataSync(h)
 		}
 		w.mu.Unlock()
 		return nil
