@@ -32,6 +32,9 @@
 #   bsr1m bsw1m     1 MiB buffered sequential read (cold) / write (+fsync)
 #   brr4k-hot       4 KiB buffered randread, psync, after reading the file
 #   brw4k           4 KiB buffered randwrite, psync, fsync at the end
+#   fdsw4k odsw4k   4 KiB O_DIRECT randwrite overwrites, psync, 1 job, with
+#                   fdatasync after each write / opened O_DSYNC (databases'
+#                   logs on preallocated files)
 #   utime chmod open stat
 #                   one metadata call in a loop by one thread (metaops:
 #                   utimensat, chmod, open+close, stat of one file), calls/s
@@ -152,6 +155,8 @@ fio_case() { # case mountpoint -> fio arguments
 	bsw1m) echo "$common --rw=write --bs=1m --direct=0 --ioengine=psync --numjobs=1 --end_fsync=1" ;;
 	brr4k-hot) echo "$common --rw=randread --bs=4k --direct=0 --ioengine=psync --numjobs=1 --invalidate=0" ;;
 	brw4k) echo "$common --rw=randwrite --bs=4k --direct=0 --ioengine=psync --numjobs=1 --end_fsync=1" ;;
+	fdsw4k) echo "$common --rw=randwrite --bs=4k --direct=1 --ioengine=psync --numjobs=1 --fdatasync=1" ;;
+	odsw4k) echo "$common --rw=randwrite --bs=4k --direct=1 --ioengine=psync --numjobs=1 --sync=dsync" ;;
 	*)
 		echo "unknown case $1" >&2
 		exit 1
