@@ -39,6 +39,11 @@
 #                   one metadata call in a loop by one thread (metaops:
 #                   utimensat, chmod, open+close, stat of one file), calls/s
 #                   reported as IOPS
+#   untar tarc rmrf Go's src tree (GOROOT/src, ~15k entries): extracted with
+#                   tar -x, archived with tar -c after dropping the caches,
+#                   removed with rm -rf; entries/s reported as IOPS (run
+#                   them in this order: tarc and rmrf extract it first,
+#                   untimed, if it is not there)
 # Every target stays mounted for the whole run and the cases run round by
 # round (ROUNDS, default 3), target after target, so that changes in the
 # machine's load (it may be shared) hit every target alike; the report is
@@ -71,6 +76,11 @@ mkdir -p "$WORK"
 BIN=$WORK/bin
 mkdir -p "$BIN"
 (cd "$REPO" && go build -o "$BIN/sluice" ./cmd/sluice && go build -o "$BIN/loopback" ./fusefs/bench/loopback && go build -o "$BIN/metaops" ./fusefs/bench/metaops)
+
+if [[ " $CASES " =~ \ (untar|tarc|rmrf)\  ]] && [ ! -f "$WORK/src.tar" ]; then
+	tar -cf "$WORK/src.tar" -C "$(go env GOROOT)" src
+	tar -tf "$WORK/src.tar" | wc -l >"$WORK/src.entries"
+fi
 
 declare -A MNT DAEMON
 LOOPDEV=
@@ -168,6 +178,27 @@ cpu_ticks() { # pid -> utime+stime in clock ticks
 	if [ -n "$1" ]; then awk '{print $14+$15}' "/proc/$1/stat" 2>/dev/null || echo 0; else echo 0; fi
 }
 
+tree_case() { # case mountpoint -> fio-like JSON: entries/s as IOPS, and the seconds
+	local t0 t1
+	if [ "$1" != untar ] && [ ! -d "$2/tree" ]; then
+		mkdir -p "$2/tree" && tar -xf "$WORK/src.tar" -C "$2/tree"
+	fi
+	drop_caches
+	t0=$(date +%s.%N)
+	case $1 in
+	untar)
+		rm -rf "$2/tree" && mkdir -p "$2/tree"
+		t0=$(date +%s.%N)
+		tar -xf "$WORK/src.tar" -C "$2/tree"
+		;;
+	tarc) tar -cf - -C "$2/tree" . | cat >/dev/null ;; # not to /dev/null: GNU tar would read nothing
+	rmrf) rm -rf "$2/tree" ;;
+	esac
+	t1=$(date +%s.%N)
+	python3 -c 'import json, sys; n, s = int(sys.argv[1]), float(sys.argv[2]) - float(sys.argv[3]); print(json.dumps({"seconds": s, "jobs": [{"read": {"iops": 0, "bw_bytes": 0}, "write": {"iops": n / s, "bw_bytes": 0}}]}))' \
+		"$(cat "$WORK/src.entries")" "$t1" "$t0"
+}
+
 drop_caches() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
@@ -177,12 +208,11 @@ summarise_run() { # json target case ticks round
 	python3 - "$@" "$(getconf CLK_TCK)" "$RUNTIME" "$RAMP" <<'PY'
 import json, sys
 path, t, c, ticks, r, hz, runtime, ramp = sys.argv[1:]
-j = json.load(open(path))["jobs"][0]
+out = json.load(open(path))
+j = out["jobs"][0]
 iops = j["read"]["iops"] + j["write"]["iops"]
 mibs = (j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 2**20
-if c in ("utime", "chmod", "open", "stat"):
-    ramp = 0  # metaops has no ramp
-ios = iops * (float(runtime) + float(ramp))
+ios = iops * out.get("seconds", float(runtime) + float(ramp))
 cpu = int(ticks) / int(hz)
 us = cpu / ios * 1e6 if ios and int(ticks) else 0
 print(f"{t:16} {c:11} round={r} iops={iops:10.0f} MiB/s={mibs:8.1f} daemon_cpu_us_per_io={us:6.1f}")
@@ -204,7 +234,7 @@ for r in $(seq "$ROUNDS"); do
 			brr4k-hot) cat "$m/bench.dat" >/dev/null ;;
 			esac
 			args=
-			case $c in utime | chmod | open | stat) ;; *) args=$(fio_case "$c" "$m") ;; esac
+			case $c in utime | chmod | open | stat | untar | tarc | rmrf) ;; *) args=$(fio_case "$c" "$m") ;; esac
 			before=$(cpu_ticks "$pid")
 			prof=
 			if [ "$PROFILE" = "$c" ] && [ "$t" = sluice ] && [ "$r" = 1 ]; then
@@ -214,6 +244,9 @@ for r in $(seq "$ROUNDS"); do
 			case $c in
 			utime | chmod | open | stat)
 				"$BIN/metaops" -op "$c" -seconds "$RUNTIME" "$m" >"$WORK/$t-$c.json"
+				;;
+			untar | tarc | rmrf)
+				tree_case "$c" "$m" >"$WORK/$t-$c.json"
 				;;
 			*)
 				# shellcheck disable=SC2086

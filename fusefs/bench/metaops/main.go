@@ -1,8 +1,8 @@
 // Command metaops is the metadata-call load of the fusefs benchmark
 // (fusefs/bench/run.sh, cases utime, chmod, open, stat): one system call in
 // a loop on one file in DIR for a number of seconds, by one thread, and its
-// rate printed as fio's JSON output prints IOPS (jobs[0].write.iops), so
-// that run.sh reports it beside fio's cases.
+// rate printed as fio's JSON output prints IOPS (jobs[0].write.iops), with
+// the seconds it ran, so that run.sh reports it beside fio's cases.
 //
 //	metaops -op utime|chmod|open|stat -seconds N DIR
 //
@@ -50,9 +50,10 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	rate := float64(n) / time.Since(start).Seconds()
+	secs := time.Since(start).Seconds()
 	os.Remove(path)
-	out := map[string]any{"jobs": []any{map[string]any{
+	rate := float64(n) / secs
+	out := map[string]any{"seconds": secs, "jobs": []any{map[string]any{
 		"read":  map[string]float64{"iops": 0, "bw_bytes": 0},
 		"write": map[string]float64{"iops": rate, "bw_bytes": 0},
 	}}}
