@@ -119,8 +119,9 @@ type Options struct {
 	Cache CacheMode
 	// WritebackCache asks the kernel for CAP_WRITEBACK_CACHE with
 	// KernelCache: write(2) lands in the kernel's page cache and the kernel
-	// writes pages back later. The default value is false (write-through),
-	// chosen by measurement (see the package doc).
+	// writes pages back later. The default value is false (write-through);
+	// `sluice mount` turns it on, chosen by measurement (docs/ARCHITECTURE.md,
+	// "Buffered opens").
 	WritebackCache bool
 	// StrictDirectIO makes O_DIRECT reads and writes whose offset or length
 	// is not a multiple of the engine's I/O unit fail with EINVAL, as XFS

@@ -74,7 +74,7 @@ exits 1.`,
 	fl.BoolVar(&f.debug, "debug", false, "log every FUSE request and reply")
 	fl.StringVar(&f.size, "size", fmt.Sprintf("%dG", DefaultVolumeSize>>30), "`SIZE` of the sparse image when VOLUME is created")
 	fl.StringVar(&f.cache, "cache", "kernel", "who caches buffered data, the cache `MODE`: kernel (the page cache) or sluice (FOPEN_DIRECT_IO everywhere)")
-	fl.BoolVar(&f.writeback, "writeback-cache", false, "with --cache kernel: let the kernel cache writes (CAP_WRITEBACK_CACHE)")
+	fl.BoolVar(&f.writeback, "writeback-cache", true, "with --cache kernel: let the kernel cache writes (CAP_WRITEBACK_CACHE); --writeback-cache=false writes every write(2) through")
 	fl.BoolVar(&f.strictDIO, "strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
 	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
 	fl.StringVar(&f.transport, "transport", "devfuse", "how FUSE requests travel, the `TRANSPORT`: devfuse, auto (io_uring when the kernel offers it) or uring")
@@ -206,7 +206,7 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 		Transport:         transport,
 		URingThreadIssuer: f.uringThread,
 		Cache:             mode,
-		WritebackCache:    f.writeback,
+		WritebackCache:    f.writeback && mode == fusefs.KernelCache,
 		StrictDirectIO:    f.strictDIO,
 		MaxBackground:     f.maxBackground,
 		ReadOnly:          readOnly,
