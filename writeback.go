@@ -20,26 +20,28 @@ import (
 // ordering as direct writes: allocated unwritten, written, converted with an
 // epoch, made durable by the next sync point.
 
-// fsync writes back the file's dirty pages, reports a writeback error if
-// one happened since the last fsync (the pages stay dirty: a failed
-// writeback is never reported as durable later), then runs a sync point.
+// fsync writes back the file's dirty pages (writebackForSync), then runs a
+// sync point.
 func (in *inode) fsync() error {
-	if err := in.fs.writable(); err != nil {
+	if err := in.writebackForSync(); err != nil {
 		return err
-	}
-	werr := in.writebackPages(0, ^uint64(0), true)
-	if err := in.pages.TakeError(); err != nil {
-		return err
-	}
-	if werr != nil {
-		return werr
 	}
 	return in.fs.group.sync()
 }
 
-// fdatasync is fsync for the data: the dirty pages written back as
-// fsync writes them, then syncData.
+// fdatasync is fsync for the data: the dirty pages written back as fsync
+// writes them, then syncData.
 func (in *inode) fdatasync() error {
+	if err := in.writebackForSync(); err != nil {
+		return err
+	}
+	return in.syncData()
+}
+
+// writebackForSync writes back the file's dirty pages and reports a
+// writeback error if one happened since the last fsync (the pages stay
+// dirty: a failed writeback is never reported as durable later).
+func (in *inode) writebackForSync() error {
 	if err := in.fs.writable(); err != nil {
 		return err
 	}
@@ -47,10 +49,7 @@ func (in *inode) fdatasync() error {
 	if err := in.pages.TakeError(); err != nil {
 		return err
 	}
-	if werr != nil {
-		return werr
-	}
-	return in.syncData()
+	return werr
 }
 
 // syncData makes the file's completed writes durable with the metadata

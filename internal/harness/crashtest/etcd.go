@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicefs/sluice/device/memdev"
+	"github.com/sluicefs/sluice/internal/harness/testvol"
 	"github.com/sluicefs/sluice/meta"
 	"github.com/sluicefs/sluice/meta/etcdkv"
 	"github.com/sluicefs/sluice/volume"
@@ -142,13 +143,8 @@ func (m *EtcdMeta) format(cfg EnvConfig) (*memdev.Device, CrashKV, error) {
 			return nil, err
 		}
 		defer kv.Close()
-		if n, err := kv.Count(); err != nil {
-			return nil, err
-		} else if n != 0 {
-			return nil, fmt.Errorf("etcd prefix %q holds %d keys already", prefix, n)
-		}
-		if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: cfg.BlockSize}); err != nil {
-			return nil, fmt.Errorf("formatting: %w", err)
+		if err := testvol.FormatOn(mem, kv, cfg.BlockSize); err != nil {
+			return nil, fmt.Errorf("etcd prefix %q: %w", prefix, err)
 		}
 		if err := kv.MarkReleased(etcdkv.Holder{Mount: "(crashtest mkfs)"}); err != nil {
 			return nil, err

@@ -107,18 +107,13 @@ func formatEtcd(tc testvol.Config, o etcdkv.Options) (*memdev.Device, error) {
 		return nil, err
 	}
 	defer kv.Close()
-	if n, err := kv.Count(); err != nil {
-		return nil, err
-	} else if n != 0 {
-		return nil, fmt.Errorf("etcd prefix %q already holds %d keys", o.Prefix, n)
-	}
 	mem, err := memdev.New(tc.DeviceBytes, memdev.Options{IOUnit: tc.IOUnit})
 	if err != nil {
 		return nil, err
 	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: tc.BlockSize}); err != nil {
+	if err := testvol.FormatOn(mem, kv, tc.BlockSize); err != nil {
 		mem.Close()
-		return nil, fmt.Errorf("formatting: %w", err)
+		return nil, fmt.Errorf("etcd prefix %q: %w", o.Prefix, err)
 	}
 	return mem, nil
 }

@@ -152,3 +152,24 @@ func (d *Disks) Copy() *Disks {
 	keep := func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Keep} }
 	return d.CrashWith(keep, 1, 100)
 }
+
+// CountingKV is a metadata store that counts its keys: etcdkv's, shared
+// between tests under prefixes of their own.
+type CountingKV interface {
+	meta.KV
+	Count() (int64, error)
+}
+
+// FormatOn formats a volume on mem with its metadata in kv, which must hold
+// no keys yet.
+func FormatOn(mem *memdev.Device, kv CountingKV, blockSize int) error {
+	if n, err := kv.Count(); err != nil {
+		return err
+	} else if n != 0 {
+		return fmt.Errorf("the metadata store holds %d keys already", n)
+	}
+	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: blockSize}); err != nil {
+		return fmt.Errorf("formatting: %w", err)
+	}
+	return nil
+}
