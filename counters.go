@@ -32,6 +32,7 @@ type Counters struct {
 	ConvsBatched            atomic.Int64 // direct-write conversions committed in another's transaction (convGroup)
 	RecordsDeferred         atomic.Int64 // conversions and remaps whose record changes waited for the next transaction (inode.recs)
 	DataSyncsFlushOnly      atomic.Int64 // fdatasync and O_DSYNC writes that found the metadata durable and only flushed the device
+	InodeLoads              atomic.Int64 // inode records read from the metadata (not a new inode's: create keeps its record)
 	AttrsDeferred           atomic.Int64 // attribute changes (chmod, chown, utimes) left in-core for the next transaction or sync point
 	ConvLeaderHandoffs      atomic.Int64 // conversion batches a leader left to the batch's newest request
 	AppendPublishWaits      atomic.Int64 // appends that completed before an earlier one and waited to be published

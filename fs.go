@@ -64,6 +64,10 @@ type FS struct {
 		mu lockrank.Mutex[lockrank.ICache]
 		// m holds every in-core inode. Protected by mu.
 		m map[meta.Ino]*inode
+		// retainedDirs counts the directories maybeEvict kept in m
+		// unreferenced (inode.retained), at most maxRetainedDirs.
+		// Protected by mu.
+		retainedDirs int
 	}
 
 	dirty struct {

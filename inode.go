@@ -115,9 +115,10 @@ type inode struct {
 	appendConv []fileRange
 
 	// Protected by fs.icache.mu.
-	refs  int  // holders: open files and operations in progress
-	opens int  // open File handles
-	gone  bool // freed: the inode no longer exists
+	refs     int  // holders: open files and operations in progress
+	opens    int  // open File handles
+	gone     bool // freed: the inode no longer exists
+	retained bool // a directory kept in the cache unreferenced (maybeEvict)
 }
 
 // getInode returns the in-core inode ino with a reference taken, loading it
@@ -130,6 +131,16 @@ func (fs *FS) getInode(ino meta.Ino) (*inode, error) {
 		return in, nil
 	}
 	fs.icache.mu.Unlock()
+	rec, err := fs.loadInodeRecord(ino)
+	if err != nil {
+		return nil, err
+	}
+	return fs.addInode(rec, nil), nil
+}
+
+// loadInodeRecord reads inode ino's record from the metadata.
+func (fs *FS) loadInodeRecord(ino meta.Ino) (*meta.Inode, error) {
+	fs.counters.InodeLoads.Add(1)
 	v, err := fs.kv.Get(meta.InodeKey(ino))
 	if errors.Is(err, meta.ErrNotFound) {
 		return nil, syscall.ENOENT
@@ -144,21 +155,29 @@ func (fs *FS) getInode(ino meta.Ino) (*inode, error) {
 	if rec.Ino != ino {
 		return nil, eio(fmt.Errorf("inode record %d names inode %d: %w", ino, rec.Ino, meta.ErrCorrupt))
 	}
-	fresh := &inode{fs: fs, ino: ino, attr: *rec, metaSeq: fs.committedSeq.Load(), committedSize: rec.Size}
+	return rec, nil
+}
+
+// addInode puts the inode of the committed record rec in the cache and
+// returns it with a reference taken (or the one a racing loader put there
+// first). ext, if not nil, is its extent map (a new file's, empty: nothing
+// to load).
+func (fs *FS) addInode(rec *meta.Inode, ext *extmap.Map) *inode {
+	fresh := &inode{fs: fs, ino: rec.Ino, attr: *rec, ext: ext, metaSeq: fs.committedSeq.Load(), committedSize: rec.Size}
 	fs.icache.mu.Lock()
 	defer fs.icache.mu.Unlock()
-	if in, ok := fs.icache.m[ino]; ok { // lost a race with another loader
+	if in, ok := fs.icache.m[rec.Ino]; ok { // lost a race with another loader
 		in.refs++
-		return in, nil
+		return in
 	}
 	fresh.pages = fs.cache.NewMapping(fresh)
 	fresh.refs = 1
-	fs.icache.m[ino] = fresh
-	return fresh, nil
+	fs.icache.m[rec.Ino] = fresh
+	return fresh
 }
 
 // putInode drops a reference. An unreferenced inode that is clean leaves
-// the cache; one with nlink 0 is freed.
+// the cache (a directory may stay: maybeEvict); one with nlink 0 is freed.
 func (fs *FS) putInode(in *inode) {
 	fs.icache.mu.Lock()
 	in.refs--
@@ -201,9 +220,28 @@ func (fs *FS) maybeEvict(in *inode) {
 	if in.attrDirty || in.ext != nil && in.ext.Pending() || len(in.recs) > 0 || len(in.delalloc) > 0 || !in.pages.Evictable() {
 		return
 	}
+	if isDir(in.attr.Mode) {
+		// Directories stay, up to maxRetainedDirs: every lookup and
+		// create in one needs it, and reading its record back each time
+		// cost a metadata read per call (XFS keeps inodes cached while
+		// dentries refer to them). The engine is the only writer of its
+		// metadata, so what stays in core stays true.
+		if in.retained {
+			return
+		}
+		if fs.icache.retainedDirs < maxRetainedDirs {
+			in.retained = true
+			fs.icache.retainedDirs++
+			return
+		}
+	}
 	in.pages.Drop()
 	delete(fs.icache.m, in.ino)
 }
+
+// maxRetainedDirs bounds the directories kept in the inode cache while
+// unreferenced.
+const maxRetainedDirs = 1 << 14
 
 // recOp is one deferred extent-record change: a Put of ext at file block
 // fb, or a Delete of the record at fb.

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/meta"
 )
 
@@ -190,8 +191,12 @@ func (fs *FS) create(parent Ino, name string, mode uint32, owner Owner, rdev uin
 		// it need not ask the store.
 		h.KnownEmpty(meta.DirentPrefix(rec.Ino))
 	}
-	in, err = fs.getInode(rec.Ino)
-	return in, true, err
+	// The record just committed is the inode: no need to read it back.
+	var ext *extmap.Map
+	if isReg(mode) {
+		ext = extmap.New()
+	}
+	return fs.addInode(&rec, ext), true, nil
 }
 
 // Mknod creates a regular file (or FIFO, socket, device node) named name in

@@ -20,6 +20,10 @@ func (fs *FS) freeInode(in *inode) {
 	if fs.icache.m[in.ino] == in {
 		delete(fs.icache.m, in.ino)
 	}
+	if in.retained {
+		in.retained = false
+		fs.icache.retainedDirs--
+	}
 	fs.icache.mu.Unlock()
 	in.dropPages(0, ^uint64(0))
 	in.waitBlocksIdle(0, ^uint64(0))

@@ -134,3 +134,29 @@ func TestChownOfPrivilegedFileCommits(t *testing.T) {
 	}
 	e.close()
 }
+
+// TestCreateReadsNoInode: a create keeps the record it committed as the
+// in-core inode instead of reading it back from the metadata, a new
+// regular file's extent map starts empty without a scan, and the directory
+// stays cached between calls (read once).
+func TestCreateReadsNoInode(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	if _, err := e.fs.Lstat("/"); err != nil { // the root's first load
+		t.Fatal(err)
+	}
+	loads := e.fs.counters.InodeLoads.Load()
+	for i := range 8 {
+		f := e.mustCreate("/f"+string(rune('a'+i)), 0)
+		if _, err := f.Pwrite([]byte("x"), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		if a, err := f.Stat(); err != nil || a.Size != 1 || a.Nlink != 1 {
+			t.Fatalf("new file: %+v %v", a, err)
+		}
+		defer f.Close()
+	}
+	if d := e.fs.counters.InodeLoads.Load() - loads; d != 0 {
+		t.Errorf("8 creates read %d inode records from the metadata, want 0", d)
+	}
+	checkClean(t, e.fs)
+}
