@@ -222,12 +222,8 @@ func (fs *FS) syncPoint() error {
 		return err
 	}
 	epoch := fs.convEpoch.Add(1) - 1
-	if err := device.Flush(fs.dev); err != nil {
-		// Nothing is known about which completed writes survived, and a
-		// later flush would not make up for it: marking their conversions
-		// durable, or reporting a later fsync as success, could expose
-		// stale blocks or lose acknowledged data. Stop here.
-		return fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
+	if err := fs.flushDevice(); err != nil {
+		return err
 	}
 	fs.dirty.mu.Lock()
 	inodes := make([]*inode, 0, len(fs.dirty.set))
@@ -251,6 +247,18 @@ func (fs *FS) syncPoint() error {
 	fs.alloc.Unbusy(seq)
 	fs.shared.Unrelease(seq)
 	fs.counters.SyncPoints.Add(1)
+	return nil
+}
+
+// flushDevice flushes the data device. A failed flush shuts the file
+// system down: nothing is known about which completed writes survived, and
+// a later flush would not make up for it (marking their conversions
+// durable, or reporting a later fsync as success, could expose stale
+// blocks or lose acknowledged data).
+func (fs *FS) flushDevice() error {
+	if err := device.Flush(fs.dev); err != nil {
+		return fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
+	}
 	return nil
 }
 

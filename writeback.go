@@ -1,7 +1,6 @@
 package sluice
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
@@ -68,9 +67,8 @@ func (in *inode) syncData() error {
 	if !flushOnly {
 		return fs.group.sync()
 	}
-	if err := device.Flush(fs.dev); err != nil {
-		// As in syncPoint: nothing is known about what survived.
-		return fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
+	if err := fs.flushDevice(); err != nil {
+		return err
 	}
 	fs.counters.DataSyncsFlushOnly.Add(1)
 	return nil

@@ -1,8 +1,6 @@
 package sluice
 
 import (
-	"fmt"
-
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/meta"
 )
@@ -33,10 +31,7 @@ func (in *inode) zeroEOFTail(size int64) error {
 	}
 	// The zeros must be durable before the size that exposes them can be:
 	// otherwise a crash could keep the new size and the old bytes.
-	if err := device.Flush(in.fs.dev); err != nil {
-		return in.fs.shutdownWith(fmt.Errorf("device flush failed: %w", err))
-	}
-	return nil
+	return in.fs.flushDevice()
 }
 
 // zeroBlockRange zeroes bytes [from, to) of file block blk on the device

@@ -178,17 +178,10 @@ func (ev *etcdVol) fsck() *sluice.CheckReport {
 // has not returned within callBound.
 func bounded(t *testing.T, what string, fn func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	select {
-	case <-done:
-	case <-time.After(callBound):
+	if !withTimeout(t, callBound, what, fn) {
 		var b strings.Builder
 		pprof.Lookup("goroutine").WriteTo(&b, 2)
-		t.Fatalf("%s: still running after %v (a hang)\n%s", what, callBound, b.String())
+		t.Fatalf("%s: a hang; every goroutine:\n%s", what, b.String())
 	}
 }
 
