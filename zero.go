@@ -30,7 +30,18 @@ func (in *inode) zeroEOFTail(size int64) error {
 		return err
 	}
 	// The zeros must be durable before the size that exposes them can be:
-	// otherwise a crash could keep the new size and the old bytes.
+	// otherwise a crash could keep the new size and the old bytes. If the
+	// block was shared, the zeros went to a copy whose remap persists only
+	// at a sync point, and the record still names the shared block and
+	// its old bytes: the remap must be durable too
+	// (TestTargetedStaleTailInSharedEOFBlock).
+	in.mu.Lock()
+	e, ok := in.ext.At(uint64(blk))
+	remapped := ok && e.Remapped
+	in.mu.Unlock()
+	if remapped {
+		return in.fs.group.sync()
+	}
 	return in.fs.flushDevice()
 }
 

@@ -157,3 +157,73 @@ func TestTargetedStaleTailAfterTwoCrashes(t *testing.T) {
 		}
 	}
 }
+
+// A crash can leave data past EOF in the EOF block (here a sub-block
+// extension whose size was lost), and a clone to EOF shares that block.
+// Extending the file then zeroes the tail on a copy of the block, a remap
+// pending until the next sync point, while the extension's size commits
+// at once: a crash in between kept the new size over the shared block,
+// and the stale tail showed (the campaign's seed 210). zeroEOFTail now
+// makes such a remap durable before the size can be.
+func TestTargetedStaleTailInSharedEOFBlock(t *testing.T) {
+	c := newChecker(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fill := func(n int, seq uint64, off int64) []byte {
+		b := device.AlignedBuf(n)
+		for i := 0; i < n; i += SectorSize {
+			fillSector(b[i:i+SectorSize], Tag{File: 1, Seq: seq, Off: off + int64(i)})
+		}
+		return b
+	}
+	keep := func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Keep} }
+	drop := func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Drop} }
+	env, err := NewEnv(EnvConfig{BlockSize: bs4k})
+	must(err)
+	defer env.Close()
+	f, err := env.FS.OpenFile("/f", sluice.O_RDWR|sluice.O_CREAT|sluice.O_DIRECT, 0o644)
+	must(err)
+	defer f.Close()
+	_, err = f.WriteAt(fill(2*bs4k, 1, 0), 0)
+	must(err)
+	must(f.Truncate(5120))
+	must(f.Fsync())
+	_, err = f.WriteAt(fill(1024, 2, 5120), 5120) // its size is lost
+	must(err)
+	_, synced := env.KV.Commits()
+	img, err := env.Crash(1, keep, MetaCrash{UpTo: synced})
+	must(err)
+	env2, _, err := img.Open(env.Opts)
+	must(err)
+	defer env2.Close()
+	f2, err := env2.FS.OpenFile("/f", sluice.O_RDWR|sluice.O_DIRECT, 0)
+	must(err)
+	defer f2.Close()
+	g, err := env2.FS.OpenFile("/g", sluice.O_RDWR|sluice.O_CREAT|sluice.O_DIRECT, 0o644)
+	must(err)
+	defer g.Close()
+	must(g.CloneRange(f2, 0, 0, 5120)) // to EOF: shares the EOF block
+	must(f2.Fallocate(0, 5120, 1024))  // extends f over the stale tail
+	commits, _ := env2.KV.Commits()
+	img2, err := env2.Crash(2, drop, MetaCrash{UpTo: commits})
+	must(err)
+	env3, _, err := img2.Open(env.Opts)
+	must(err)
+	defer env3.Close()
+	f3, err := env3.FS.OpenFile("/f", sluice.O_RDONLY|sluice.O_DIRECT, 0)
+	must(err)
+	defer f3.Close()
+	a, err := f3.Stat()
+	must(err)
+	buf, err := readFile(f3, a.Size)
+	must(err)
+	for o := int64(5120); o < a.Size; o += SectorSize {
+		if k, tag := decodeSector(buf[o : o+SectorSize]); k != Zero {
+			c.errorf("size %d: offset %d holds %s; allowed: zeros", a.Size, o, describeSector(k, tag))
+		}
+	}
+}
