@@ -94,6 +94,11 @@ type Counters struct {
 	CowRefills         atomic.Int64 // transactions that allocated staging blocks ahead
 	SharedWriteRefused atomic.Int64 // shared blocks a write path refused to write in place (never expected)
 	Exchanges          atomic.Int64 // exchange-range operations that exchanged (ExchangeRange)
+	// Untorn writes (atomic.go).
+	AtomicWrites           atomic.Int64 // RWFAtomic writes accepted
+	AtomicWritesInPlace    atomic.Int64 // ... that found only holes and unwritten blocks: their conversion is the switch
+	AtomicWritesOutOfPlace atomic.Int64 // ... that wrote written blocks to staging blocks, remapped in one transaction
+	AtomicSettles          atomic.Int64 // sync points an atomic write ran to make pending conversions in its range durable
 }
 
 // CounterValues is a snapshot of Counters by name.

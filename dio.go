@@ -201,7 +201,16 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 	// turns: the second finds it remapped, and writes it in place.
 	var rng *iolock.Range
 	first, nb := fs.blockRange(k.off, k.off+int64(len(k.buf)))
-	if shared, err := in.sharedIn(first, nb); err != nil || shared {
+	if k.atomic {
+		// Untorn: every written block goes out of place (atomic.go),
+		// the range held until the remap, as for shared blocks.
+		if k.nowait {
+			in.io.Unlock(mode)
+			return 0, fs.nowaitEAGAIN(nwAllocate)
+		}
+		rng = in.ranges.Lock(first, nb)
+		fs.counters.LockRangeCow.Add(1)
+	} else if shared, err := in.sharedIn(first, nb); err != nil || shared {
 		if err == nil && k.append && k.off&(fs.blockSize-1) != 0 {
 			// An append is routed by its length: its offset, EOF, is
 			// known only after the checks (as the kernel's ki_pos). At an
@@ -558,7 +567,31 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool, allocT
 		}
 		segs = m.Lookup(first, nb, segs[:0])
 	}
-	if shared := in.sharedSegsLocked(first, nb); len(shared) > 0 {
+	if op.k.atomic {
+		cow, ok := in.atomicCowSegsLocked(segs)
+		for !ok {
+			in.mu.Unlock()
+			if err := in.settleConversions(); err != nil {
+				return nil, err
+			}
+			in.mu.Lock()
+			if m, err = in.extentsLocked(); err != nil {
+				in.mu.Unlock()
+				return nil, err
+			}
+			segs = m.Lookup(first, nb, segs[:0])
+			cow, ok = in.atomicCowSegsLocked(segs)
+		}
+		if len(cow) == 0 {
+			fs.counters.AtomicWritesInPlace.Add(1)
+		} else {
+			fs.counters.AtomicWritesOutOfPlace.Add(1)
+			if segs, err = in.planCow(op, segs, cow, off, end); err != nil {
+				in.mu.Unlock()
+				return nil, err
+			}
+		}
+	} else if shared := in.sharedSegsLocked(first, nb); len(shared) > 0 {
 		if nowait {
 			in.mu.Unlock()
 			return nil, fs.nowaitEAGAIN(nwAllocate)

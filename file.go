@@ -321,6 +321,14 @@ const (
 	// kernel's folio_end_dropbehind). Pages that were cached before stay,
 	// and a cached access to a page keeps it. Direct I/O ignores it.
 	RWFDontCache
+	// RWFAtomic makes an O_DIRECT write untorn (RWF_ATOMIC, Linux 6.11):
+	// after any crash its range holds either all of the old data or all
+	// of the new, never a mix. The write must be a power of two between
+	// the volume's AtomicWriteLimits UnitMin and UnitMax bytes, at an
+	// offset aligned to its length (EINVAL otherwise), and not an append
+	// (EINVAL); a buffered file, and a file system opened with
+	// Options.NoAtomicWrites, get EOPNOTSUPP. See atomic.go.
+	RWFAtomic
 )
 
 // ReadAt reads len(p) bytes at off, as os.File.ReadAt: fewer bytes only at

@@ -179,6 +179,9 @@ type Options struct {
 	NoGroupCommit bool
 	// ReadOnly refuses every change with EROFS. The default value is false.
 	ReadOnly bool
+	// NoAtomicWrites refuses RWFAtomic writes with EOPNOTSUPP, and
+	// AtomicWriteLimits reports none. The default value is false.
+	NoAtomicWrites bool
 	// Device configures the data device when Open opens a volume
 	// directory (backend, buffered fallback). The default value is the zero
 	// volume.DeviceOptions.
@@ -235,6 +238,6 @@ func (o *Options) String() string {
 	if o.Policy != nil {
 		p = o.Policy.String()
 	}
-	return fmt.Sprintf("policy=%s cache=%d dirty_ratio=%g writeback_age=%v sync_interval=%v group_commit=%t read_only=%t device={%s}",
-		p, o.CacheSizeBytes, o.DirtyRatio, o.WritebackAge, o.SyncInterval, !o.NoGroupCommit, o.ReadOnly, o.Device.String())
+	return fmt.Sprintf("policy=%s cache=%d dirty_ratio=%g writeback_age=%v sync_interval=%v group_commit=%t read_only=%t atomic_writes=%t device={%s}",
+		p, o.CacheSizeBytes, o.DirtyRatio, o.WritebackAge, o.SyncInterval, !o.NoGroupCommit, o.ReadOnly, !o.NoAtomicWrites, o.Device.String())
 }

@@ -40,6 +40,9 @@ type kiocb struct {
 	// dontcache asks for uncached buffered I/O (RWFDontCache): the pages
 	// the request brings in or dirties are dropped once clean.
 	dontcache bool
+	// atomic asks for an untorn write (RWFAtomic), checked by
+	// atomicWriteCheck before any other write path runs.
+	atomic bool
 	// done, when set, makes the request asynchronous: a path may return
 	// errQueued and call done exactly once later, from any goroutine.
 	done func(n int, err error)

@@ -67,6 +67,7 @@ func (f *File) newKiocb(p []byte, off int64, flags RWFlags) *kiocb {
 		append:    f.flags&O_APPEND != 0 || flags&RWFAppend != 0,
 		keepPrivs: flags&RWFKeepPrivs != 0,
 		dontcache: flags&RWFDontCache != 0,
+		atomic:    flags&RWFAtomic != 0,
 	}
 }
 
@@ -88,6 +89,11 @@ func (in *inode) read(k *kiocb) (int, error) {
 func (in *inode) write(k *kiocb) (int, error) {
 	if err := in.fs.writable(); err != nil {
 		return 0, err
+	}
+	if k.atomic {
+		if err := in.fs.atomicWriteCheck(k); err != nil {
+			return 0, err
+		}
 	}
 	if !k.append {
 		if err := clampToMaxSize(k); err != nil {

@@ -98,6 +98,10 @@ func runCampaign(t *testing.T, points int, m *EtcdMeta) {
 	t.Logf("reflink: %d crash points found shared blocks (%d in all); the runs cloned %d times, wrote %d shared blocks out of place (O_DIRECT) and copied %d before other writes",
 		st.SharedPoints, st.SharedBlocks, st.Clones, st.CowWrites, st.CowCopiedBlocks)
 	t.Logf("data syncs: %d fdatasyncs and O_DSYNC writes found the metadata durable and only flushed the device", st.DataSyncsFlushOnly)
+	t.Logf("untorn writes: %d RWFAtomic writes, %d of them out of place", st.AtomicWrites, st.AtomicWritesOutOfPlace)
+	if st.AtomicWritesOutOfPlace == 0 && res.Failed == 0 {
+		t.Error("no RWFAtomic write went out of place: the campaign does not test it")
+	}
 	if st.DataSyncsFlushOnly == 0 && res.Failed == 0 {
 		t.Error("no fdatasync or O_DSYNC write took the flush-only path: the campaign does not test it")
 	}

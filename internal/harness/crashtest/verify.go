@@ -78,13 +78,15 @@ type verifier struct {
 // names (clones that shared blocks; direct writes of shared blocks out of
 // place; shared blocks copied before another write) over the runs, and
 // DataSyncsFlushOnly the engine's fdatasyncs and O_DSYNC writes that
-// synced no metadata.
+// synced no metadata, AtomicWrites and AtomicWritesOutOfPlace its untorn
+// writes (all, and those that staged written blocks).
 type Stats struct {
 	Files, Sectors, Tagged, Exact, Worlds int
 	Cloned, Moved                         int
 	SharedPoints, SharedBlocks            int
 	Clones, CowWrites, CowCopiedBlocks    int64
 	DataSyncsFlushOnly                    int64
+	AtomicWrites, AtomicWritesOutOfPlace  int64
 }
 
 // add adds o to s.
@@ -102,6 +104,8 @@ func (s *Stats) add(o Stats) {
 	s.CowWrites += o.CowWrites
 	s.CowCopiedBlocks += o.CowCopiedBlocks
 	s.DataSyncsFlushOnly += o.DataSyncsFlushOnly
+	s.AtomicWrites += o.AtomicWrites
+	s.AtomicWritesOutOfPlace += o.AtomicWritesOutOfPlace
 }
 
 // addCounters adds the engine's reflink counters of fs.
@@ -111,6 +115,8 @@ func (s *Stats) addCounters(fs *sluice.FS) {
 	s.CowWrites += c["CowWrites"]
 	s.CowCopiedBlocks += c["CowCopiedBlocks"]
 	s.DataSyncsFlushOnly += c["DataSyncsFlushOnly"]
+	s.AtomicWrites += c["AtomicWrites"]
+	s.AtomicWritesOutOfPlace += c["AtomicWritesOutOfPlace"]
 }
 
 func (v *verifier) add(kind, format string, args ...any) {

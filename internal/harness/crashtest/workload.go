@@ -34,7 +34,7 @@ const (
 	OpMkdir                       // FS.Mkdir(Path)
 	OpRmdir                       // FS.Rmdir(Path)
 	OpRead                        // handle H.Pread(N bytes at Off), compared with the model
-	OpWriteParallel               // handle H.Pwrite of each range of Ranges, at once, from several goroutines
+	OpWriteParallel               // handle H.Pwrite of each range of Ranges, at once, from several goroutines, with Flags (RWFlags)
 	OpClone                       // handle H.CloneRange(handle H2, Off2, Off, N) (FICLONERANGE), or H.Clone(H2) (FICLONE) if Flags is 1
 	OpCollapse                    // handle H.Fallocate(FallocCollapseRange, Off, N)
 	OpInsert                      // handle H.Fallocate(FallocInsertRange, Off, N)
@@ -79,6 +79,9 @@ func (o Op) string() string {
 		return fmt.Sprintf("h%d.Close()", o.H)
 	case OpWrite:
 		s := fmt.Sprintf("h%d.Pwrite(off=%d, n=%d", o.H, o.Off, o.N)
+		if o.Flags&int(sluice.RWFAtomic) != 0 {
+			s += ", RWFAtomic"
+		}
 		if o.Flags&int(sluice.RWFDsync) != 0 {
 			s += ", RWFDsync"
 		}
@@ -115,6 +118,9 @@ func (o Op) string() string {
 	case OpRead:
 		return fmt.Sprintf("h%d.Pread(off=%d, n=%d) and compare", o.H, o.Off, o.N)
 	case OpWriteParallel:
+		if o.Flags&int(sluice.RWFAtomic) != 0 {
+			return fmt.Sprintf("h%d.Pwrite(RWFAtomic) at once of %v", o.H, o.Ranges)
+		}
 		return fmt.Sprintf("h%d.Pwrite at once of %v", o.H, o.Ranges)
 	case OpClone:
 		if o.Flags == 1 {
@@ -466,8 +472,17 @@ func (w *worker) genWrite(h int) Op {
 		// engine's concurrent direct I/O paths (shared-lock aligned writes,
 		// optimistic and exclusive sub-block ones).
 		op := Op{Kind: OpWriteParallel, H: h}
+		atomic := w.rng.IntN(3) == 0
+		if atomic {
+			op.Flags = int(sluice.RWFAtomic) // untorn: the copy-on-write route
+		}
 		for range 2 + w.rng.IntN(3) {
 			off, n := w.genRange(hd.fm, w.align(hd))
+			if atomic {
+				// A power of two from a block to 64 KiB, aligned to itself.
+				n = w.sh.blockSize << w.rng.IntN(5)
+				off = min(off, max(0, w.sh.maxFileBytes-n)) / n * n
+			}
 			overlap := false
 			for _, r := range op.Ranges {
 				overlap = overlap || off < r[0]+r[1] && r[0] < off+n
@@ -938,7 +953,7 @@ func (w *worker) exec(op *Op) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n, err := h.f.Pwrite(buf, r[0], 0)
+				n, err := h.f.Pwrite(buf, r[0], sluice.RWFlags(op.Flags))
 				if err == nil && n != len(buf) {
 					err = fmt.Errorf("short write: %d of %d bytes", n, len(buf))
 				}
