@@ -46,11 +46,11 @@ func (in *inode) convertWritten(conv []fileRange, cow []cowRange, end int64, pub
 // make wait in in.recs (the next transaction of the inode, or the sync
 // point, writes them first), and the size it publishes waits as the
 // attributes that writes change do (attrDirty). A crash before the sync
-// point finds the records as they were, which say the same. Only staged
+// point finds the records as they were, which say the same. Staged
 // blocks that a remap displaced (a block copied on write twice before a
-// sync point) are freed at once, in a transaction, which also writes the
-// deferred changes; and so does one every maxDeferredRecs changes, which
-// bounds in.recs.
+// sync point) wait in in.displaced for the sync point's persist, which
+// frees them. A transaction every maxDeferredRecs changes or displaced
+// runs bounds in.recs and in.displaced.
 //
 // Preconditions: in.mu is held.
 func (in *inode) convertWrittenLocked(conv []fileRange, cow []cowRange, end int64, publish bool) (dirty bool, err error) {
@@ -76,14 +76,15 @@ func (in *inode) convertWrittenLocked(conv []fileRange, cow []cowRange, end int6
 		in.attr.Size = uint64(end)
 		in.attrDirty = true
 	}
-	if len(freed) > 0 || len(in.recs) > maxDeferredRecs {
+	in.displaced = append(in.displaced, freed...)
+	if len(in.recs) > maxDeferredRecs || len(in.displaced) > maxDeferredRecs {
 		err = fs.transact(func(t *txn) error {
 			t.extents(in)
-			return t.freeBlocks(freed)
+			return in.freeDisplaced(t)
 		})
 	}
 	fs.counters.RecordsDeferred.Add(1)
-	return len(in.recs) > 0 || in.attrDirty || in.ext.Pending(), err
+	return len(in.recs) > 0 || in.attrDirty || in.ext.Pending() || len(in.displaced) > 0, err
 }
 
 // maxDeferredRecs bounds the record changes an inode defers (in.recs)

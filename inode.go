@@ -74,6 +74,14 @@ type inode struct {
 	// at the latest (persist); an inode with some is dirty and is not
 	// evicted. Protected by mu.
 	recs []recOp
+	// displaced holds the staging blocks that a remap displaced (a block
+	// copied on write twice before a sync point: the first copy's blocks,
+	// which no record names). They stay staged, so a crash frees them at
+	// the next open, and the next persist frees them in its transaction
+	// (convertWrittenLocked, every maxDeferredRecs, at the latest): freeing
+	// each at once cost a transaction per write. An inode with some is
+	// dirty and is not evicted. Protected by mu.
+	displaced []extmap.DevRange
 	// mayShare says some extent of the file may map shared blocks
 	// (reflink): set when the file takes part in a clone, or when its
 	// extents are loaded while the volume shares blocks; never cleared.
@@ -217,7 +225,7 @@ func (fs *FS) maybeEvict(in *inode) {
 	}
 	// Delayed-allocation reservations live only in the in-core inode:
 	// evicting one that holds any would lose them for the mount's life.
-	if in.attrDirty || in.ext != nil && in.ext.Pending() || len(in.recs) > 0 || len(in.delalloc) > 0 || !in.pages.Evictable() {
+	if in.attrDirty || in.ext != nil && in.ext.Pending() || len(in.recs) > 0 || len(in.displaced) > 0 || len(in.delalloc) > 0 || !in.pages.Evictable() {
 		return
 	}
 	if isDir(in.attr.Mode) {
@@ -322,11 +330,17 @@ func (in *inode) persist(epoch uint64) error {
 		fs.dirty.mu.Lock()
 		delete(fs.dirty.set, in)
 		fs.dirty.mu.Unlock()
-		return nil
+		if len(in.displaced) == 0 {
+			return nil
+		}
+		return fs.transact(func(t *txn) error { return in.freeDisplaced(t) })
 	}
 	err := fs.transact(func(t *txn) error {
 		if len(in.recs) > 0 {
 			t.extents(in) // the deferred record changes go first
+		}
+		if err := in.freeDisplaced(t); err != nil {
+			return err
 		}
 		if in.ext != nil && in.ext.Pending() {
 			for _, r := range in.ext.MarkDurable(epoch, t.extents(in)) {
@@ -344,12 +358,24 @@ func (in *inode) persist(epoch uint64) error {
 	if err != nil {
 		return err
 	}
-	if (in.ext == nil || !in.ext.Pending()) && len(in.recs) == 0 {
+	if (in.ext == nil || !in.ext.Pending()) && len(in.recs) == 0 && len(in.displaced) == 0 {
 		fs.dirty.mu.Lock()
 		delete(fs.dirty.set, in)
 		fs.dirty.mu.Unlock()
 	}
 	return nil
+}
+
+// freeDisplaced frees, in t, the staging blocks remaps displaced.
+//
+// Preconditions: in.mu is held.
+func (in *inode) freeDisplaced(t *txn) error {
+	if len(in.displaced) == 0 {
+		return nil
+	}
+	d := in.displaced
+	in.displaced = nil
+	return t.freeBlocks(d)
 }
 
 // now returns the current time in the metadata's unit.
