@@ -13,13 +13,15 @@ import (
 // slot once per iteration, reporting writes/s, side by side:
 //
 //   - plain: pwrite, tearable by a crash;
+//
 //   - atomic: RWFAtomic, out of place (the first iteration over durable
 //     blocks, the later ones over the remaps the earlier left pending);
+//
 //   - doublewrite: what a database does instead (InnoDB's doublewrite
 //     buffer, PostgreSQL's full_page_writes): the page to a scratch file
 //     of the writer's own, fdatasync, then in place.
 //
-//	SLUICE_BENCH=1 go test -run '^$' -bench AtomicWrite -benchtime 3x .
+//     SLUICE_BENCH=1 go test -run '^$' -bench AtomicWrite -benchtime 3x .
 func BenchmarkAtomicWrite(b *testing.B) {
 	fs, done := benchVolumeNamed(b, Concurrent(), "atomic")
 	defer done()
