@@ -1,6 +1,7 @@
 package faultdev_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -60,4 +61,41 @@ func ExampleGate() {
 	// Output:
 	// held: 4 in flight: 4
 	// completed: 4 max in flight: 4
+}
+
+// Corrupt one block silently, on the way from the device and then on it.
+func ExampleCorruption() {
+	mem, _ := memdev.New(1<<20, memdev.Options{})
+	d := faultdev.New(mem)
+	defer d.Close()
+
+	good := device.AlignedBuf(3 * 4096)
+	for i := range good {
+		good[i] = byte(i)
+	}
+	_ = device.WriteAt(d, good, 0)
+	differs := func() {
+		p := device.AlignedBuf(len(good))
+		err := device.ReadAt(d, p, 0)
+		var blocks []bool
+		for b := 0; b < len(p); b += 4096 {
+			blocks = append(blocks, !bytes.Equal(p[b:b+4096], good[b:b+4096]))
+		}
+		fmt.Println("error:", err, "blocks corrupted:", blocks)
+	}
+
+	corrupt := d.Inject(faultdev.CorruptRange(4096, 4096))
+	differs()
+	corrupt.Remove() // the stored data is good
+	differs()
+	_ = d.CorruptStored(faultdev.Range{Off: 8192, Len: 4096}, 0, 1)
+	differs()
+	fmt.Println(corrupt)
+	fmt.Println(d.Stats().Read)
+	// Output:
+	// error: <nil> blocks corrupted: [false true false]
+	// error: <nil> blocks corrupted: [false false false]
+	// error: <nil> blocks corrupted: [false false true]
+	// corrupt reads of [4096, +4096): one bit, seed 0 (disabled, 1 corrupted)
+	// 3 submitted, 3 completed, 0 failed, 0 injected, 1 corrupted, 36864 bytes, in flight 0 (max 1)
 }

@@ -1,6 +1,7 @@
-// Package faultdev wraps a device.Device to fail, delay and hold its I/Os,
-// and counts them. It is the test double for error paths and for exact
-// concurrency in sluice's tests, in the spirit of pebble's vfs/errorfs.
+// Package faultdev wraps a device.Device to fail, delay, hold and silently
+// corrupt its I/Os, and counts them. It is the test double for error paths,
+// for data checksums and for exact concurrency in sluice's tests, in the
+// spirit of pebble's vfs/errorfs.
 //
 // # Pipeline
 //
@@ -15,12 +16,20 @@
 //     error completes the request at once (on another goroutine) without it
 //     ever reaching the latency, the gates or the inner device: a failed
 //     write changes nothing. An error made by ErrAfterIO (Fault.AfterIO)
-//     lets the request carry on and replaces its result at the end.
+//     lets the request carry on and replaces its result at the end. A
+//     Corruption never fails a request: here it selects the reads to
+//     corrupt and chooses the bits to flip in them.
 //  3. Latency: if SetLatency installed a Latency for the request's kind, a
 //     timer delays the request's entry into the gates. Submit does not wait.
 //  4. Gates, in installation order: a closed Gate whose predicate matches
 //     holds the request until it is released.
-//  5. The inner device's Submit. Its Done completes the wrapper's request.
+//  5. The inner device's Submit.
+//  6. Completion, when the inner device's Done runs (or, for a failure at
+//     stage 2 or a refusal by the inner Submit, on a new goroutine): if the
+//     request is a read that succeeded and no late error replaces its
+//     result, the bits the Corruptions chose at stage 2 are flipped in its
+//     buffer, and it still reports success. Then the request is counted and
+//     the submitter's Done runs.
 //
 // # Predicates and injectors
 //
@@ -35,12 +44,25 @@
 // test disables, re-enables or removes the injector once it has seen the
 // failure it wanted ("heal" the device).
 //
+// # Silent corruption
+//
+// Two tools corrupt data without any error, for testing checksums. A
+// Corruption, installed with Inject like any injector, flips bits in the
+// data of the reads it selects after the inner device has read it: the
+// stored data stays good, so disabling or removing the injection heals the
+// device. CorruptRange(off, n) corrupts every read of one range, a block
+// say; Corruption's fields select reads with a Predicate and flip a bit in
+// every block a read covers. Device.CorruptStored flips bits in the inner
+// device's stored data instead, so that every later read returns them.
+// Both are deterministic: the bits flipped depend only on a seed and on
+// device offsets.
+//
 // # Counters
 //
 // Stats returns, per request kind, the requests submitted (accepted),
-// completed and failed, the errors injected, the bytes transferred, and the
-// requests in flight now and at most since the last ResetStats, and the
-// same in-flight figures over all kinds. A request is in flight from its
+// completed and failed, the errors injected, the reads corrupted, the bytes
+// transferred, and the requests in flight now and at most since the last
+// ResetStats, and the same in-flight figures over all kinds. A request is in flight from its
 // acceptance by Submit until just before its Done runs, which includes the
 // time it spends delayed or held at a gate: holding eight reads at a gate
 // and waiting until Held() == 8 guarantees Stats().Read.MaxInFlight >= 8.
@@ -50,7 +72,8 @@
 //
 // # Concurrency
 //
-// Every method is safe for concurrent use. Done never runs inside Submit:
+// Every method is safe for concurrent use (but CorruptStored must not race
+// with writes to the range it corrupts). Done never runs inside Submit:
 // it runs on the inner device's completion goroutine, on a timer goroutine
 // or on a new goroutine for an injected failure. A gate resumes the
 // requests it releases on the goroutine that calls Release or Open. Lock
@@ -178,6 +201,9 @@ type ioState struct {
 	io IO
 	// late is the error to report after the I/O (from ErrAfterIO), or nil.
 	late error
+	// corrupt is the work of the Corruptions that selected the read, in
+	// installation order, or nil.
+	corrupt []corruption
 	// gates is the snapshot of gates the request passes, taken when it
 	// reaches the first, and next the index of the next one. Touched by one
 	// goroutine at a time: a request moves between goroutines only through
@@ -204,7 +230,7 @@ func (d *Device) Submit(r *device.Request) error {
 	}
 	d.stats.submit(r.Op)
 
-	if err := d.inject(st.io); err != nil {
+	if err := d.inject(st); err != nil {
 		d.stats.op[r.Op].injected.Add(1)
 		var late *afterIOError
 		if !errors.As(err, &late) {
@@ -224,8 +250,9 @@ func (d *Device) Submit(r *device.Request) error {
 	return nil
 }
 
-// inject consults the enabled injections and returns the first error.
-func (d *Device) inject(io IO) error {
+// inject consults the enabled injections: it returns the first error, and
+// records in st the bits each Corruption that selects it will flip.
+func (d *Device) inject(st *ioState) error {
 	p := d.injections.Load()
 	if p == nil {
 		return nil
@@ -235,7 +262,13 @@ func (d *Device) inject(io IO) error {
 		if !i.enabled.Load() {
 			continue
 		}
-		if err := i.inj.MaybeError(io); err != nil && first == nil {
+		if c, ok := i.inj.(*Corruption); ok {
+			if fs := c.flips(st.io); len(fs) > 0 {
+				st.corrupt = append(st.corrupt, corruption{i: i, flips: fs})
+			}
+			continue
+		}
+		if err := i.inj.MaybeError(st.io); err != nil && first == nil {
 			first = err
 			i.injected.Add(1)
 		}
@@ -271,13 +304,17 @@ func innerDone(ir *device.Request, err error) {
 	ir.Ctx.(*ioState).finish(err)
 }
 
-// finish completes st with err (or its late error), counting it, and calls
+// finish completes st with err (or its late error), corrupting a
+// successful read's data if Corruptions selected it, counts it, and calls
 // the submitter's Done.
 func (st *ioState) finish(err error) {
 	if err == nil {
 		err = st.late
 	}
 	r := st.r
+	if err == nil && st.corrupt != nil {
+		st.applyCorruption()
+	}
 	if err != nil {
 		var de *device.Error
 		if !errors.As(err, &de) {

@@ -43,11 +43,14 @@ func TestConformance(t *testing.T) {
 }
 
 // The conformance suite through every stage of the pipeline: a disabled
-// injector, an injector that never fires, random latency and an open gate.
+// injector, an injector and a Corruption that never fire, a disabled
+// Corruption, random latency and an open gate.
 func TestConformanceFullPipeline(t *testing.T) {
 	devicetest.Run(t, func(t *testing.T, ioUnit int) device.Device {
 		d := faultdev.New(newMem(t, ioUnit), faultdev.OnRange(faultdev.AnyOp, 0, 0))
 		d.Inject(faultdev.OnOps(faultdev.AnyOp)).Disable()
+		d.Inject(&faultdev.Corruption{When: faultdev.Not(faultdev.Reads)})
+		d.Inject(&faultdev.Corruption{}).Disable()
 		d.SetLatency(faultdev.AnyOp, faultdev.Uniform(0, 50*time.Microsecond, 1))
 		d.NewGate(faultdev.AnyOp).Open()
 		return d
@@ -747,12 +750,14 @@ func TestConcurrentReconfiguration(t *testing.T) {
 	}
 	for i := range 100 {
 		inj := d.Inject(faultdev.Randomly(faultdev.AnyOp, 0.5, uint64(i)))
+		corrupt := d.Inject(&faultdev.Corruption{Unit: 4096, Seed: uint64(i)})
 		gate := d.NewGate(faultdev.Writes)
 		d.SetLatency(faultdev.Reads, faultdev.Fixed(time.Microsecond))
 		inj.Disable()
 		gate.Release(3)
 		d.SetLatency(faultdev.Reads, nil)
 		inj.Remove()
+		corrupt.Remove()
 		gate.Remove()
 		_ = d.Stats()
 	}

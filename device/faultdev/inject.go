@@ -229,6 +229,9 @@ func (f PredicateFunc) String() string { return "func" }
 // by ErrAfterIO lets the request run on the inner device and then fails it.
 // Either way the submitter gets the error wrapped in a *device.Error (unless
 // it is one already).
+//
+// *Corruption is the one Injector the device treats differently: it never
+// fails a request but corrupts the data of reads (see Corruption).
 type Injector interface {
 	MaybeError(io IO) error
 	String() string
@@ -316,7 +319,8 @@ type Injection struct {
 	d       *Device  // Immutable.
 	inj     Injector // Immutable.
 	enabled atomic.Bool
-	// injected counts the requests this injection failed (its error won).
+	// injected counts the requests this injection failed (its error won),
+	// or for a Corruption, the reads it corrupted.
 	injected atomic.Int64
 }
 
@@ -328,13 +332,15 @@ func (i *Injection) Enable() { i.enabled.Store(true) }
 
 // Disable makes the device stop consulting the injector (a stateful
 // predicate inside it sees nothing while disabled) until Enable. Requests
-// already failed stay failed.
+// already failed stay failed; reads a Corruption has already selected are
+// still corrupted when they complete.
 func (i *Injection) Disable() { i.enabled.Store(false) }
 
 // Enabled reports whether the injection is enabled.
 func (i *Injection) Enabled() bool { return i.enabled.Load() }
 
-// Injected returns the number of requests this injection has failed.
+// Injected returns the number of requests this injection has failed, or,
+// for a Corruption, the number of reads it has corrupted.
 func (i *Injection) Injected() int64 { return i.injected.Load() }
 
 // Remove uninstalls the injection. It is idempotent.
@@ -349,5 +355,9 @@ func (i *Injection) String() string {
 	if !i.Enabled() {
 		state = "disabled"
 	}
-	return fmt.Sprintf("%s (%s, %d injected)", i.inj, state, i.Injected())
+	verb := "injected"
+	if _, ok := i.inj.(*Corruption); ok {
+		verb = "corrupted"
+	}
+	return fmt.Sprintf("%s (%s, %d %s)", i.inj, state, i.Injected(), verb)
 }

@@ -20,6 +20,9 @@ type OpStats struct {
 	// Injected counts the requests an injector failed (before or after the
 	// I/O).
 	Injected int64
+	// Corrupted counts the successful reads whose data a Corruption
+	// corrupted (see Corruption). It is always 0 for writes and flushes.
+	Corrupted int64
 	// Bytes counts the bytes read or written by successful requests.
 	Bytes int64
 	// InFlight is the number of requests accepted and not yet completed,
@@ -58,10 +61,15 @@ func (s Stats) String() string {
 		s.InFlight, s.MaxInFlight, s.Read, s.Write, s.Flush)
 }
 
-// String returns the counters in a form fit for a test log.
+// String returns the counters in a form fit for a test log. It leaves out
+// Corrupted when it is 0.
 func (s OpStats) String() string {
-	return fmt.Sprintf("%d submitted, %d completed, %d failed, %d injected, %d bytes, in flight %d (max %d)",
-		s.Submitted, s.Completed, s.Failed, s.Injected, s.Bytes, s.InFlight, s.MaxInFlight)
+	corrupted := ""
+	if s.Corrupted != 0 {
+		corrupted = fmt.Sprintf(", %d corrupted", s.Corrupted)
+	}
+	return fmt.Sprintf("%d submitted, %d completed, %d failed, %d injected%s, %d bytes, in flight %d (max %d)",
+		s.Submitted, s.Completed, s.Failed, s.Injected, corrupted, s.Bytes, s.InFlight, s.MaxInFlight)
 }
 
 // Stats returns a snapshot of the counters. Each is read atomically, but not
@@ -76,6 +84,7 @@ func (d *Device) Stats() Stats {
 			Completed:   o.completed.Load(),
 			Failed:      o.failed.Load(),
 			Injected:    o.injected.Load(),
+			Corrupted:   o.corrupted.Load(),
 			Bytes:       o.bytes.Load(),
 			InFlight:    o.inflight.Load(),
 			MaxInFlight: o.maxInflight.Load(),
@@ -94,6 +103,7 @@ func (d *Device) ResetStats() {
 		o.completed.Store(0)
 		o.failed.Store(0)
 		o.injected.Store(0)
+		o.corrupted.Store(0)
 		o.bytes.Store(0)
 		o.maxInflight.Store(o.inflight.Load())
 	}
@@ -109,9 +119,9 @@ type counters struct {
 }
 
 type opCounters struct {
-	submitted, completed, failed, injected, bytes atomic.Int64
-	inflight, maxInflight                         atomic.Int64
-	_                                             [128 - 7*8]byte
+	submitted, completed, failed, injected, corrupted, bytes atomic.Int64
+	inflight, maxInflight                                    atomic.Int64
+	_                                                        [128 - 8*8]byte
 }
 
 func (c *counters) submit(op device.Op) {
