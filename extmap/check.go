@@ -1,18 +1,28 @@
 package extmap
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+)
 
 // Check verifies the map's invariants and returns an error wrapping
 // ErrCorrupt describing the first one broken:
 //
 //   - every extent is valid (non-empty, no overflow, known state,
 //     Unwritten only with Epoch 0, Remapped only when Written with Epoch
-//     > 0, OldDevBlock 0 unless Remapped);
+//     > 0, OldDevBlock 0 and OldUnwritten false unless Remapped);
 //   - extents are sorted by FileBlock and disjoint in the file;
 //   - two extents share a device block only if both are durable written
 //     (Written, Epoch 0): the blocks of an unwritten extent, a pending
-//     conversion or a remap (DevBlock; its old blocks are not checked)
-//     overlap no other extent's (see the package doc, Extents);
+//     conversion or a remap (DevBlock; its old blocks are checked as
+//     records, next) overlap no other extent's (see the package doc,
+//     Extents);
+//   - the records (the extents' persisted forms) share a device block only
+//     if both say Written, as Load requires: the old blocks of a remap of
+//     a pending conversion (OldUnwritten), which belong to it alone,
+//     overlap no plain extent's blocks and no other remap's old blocks,
+//     and the old blocks of any remap overlap no unwritten extent's or
+//     pending conversion's;
 //   - no two neighbours are mergeable, unless Load was given mergeable
 //     records (the map keeps their boundaries; see the package doc);
 //   - Blocks() is the sum of the lengths, and the pending index holds
@@ -63,7 +73,19 @@ func (m *Map) Check() error {
 	if m.smallSet != (len(all) <= m.smallLimit) || m.smallSet && !slices.Equal(m.small, all) {
 		return bad(Extent{}, "flat index (kept %t) out of step with the %d extents", m.smallSet, len(all))
 	}
-	return checkDevOverlap("check", all)
+	if err := checkDevOverlap("check", all); err != nil {
+		return err
+	}
+	for i, e := range all {
+		p := e.Persisted()
+		all[i] = Extent{FileBlock: p.FileBlock, DevBlock: p.DevBlock, Len: p.Len, State: p.State}
+	}
+	if err := checkDevOverlap("check", all); err != nil {
+		e := err.(*Error)
+		e.Err = fmt.Errorf("records: %w", e.Err)
+		return e
+	}
+	return nil
 }
 
 // pendingHas reports whether the pending index holds e, End included.

@@ -13,7 +13,8 @@ import (
 
 // TestDataDriven runs the scripts in testdata/script (rewrite the expected
 // output with -rewrite). Extents are written as in parseExts and fmtExt:
-// "FB+LEN@DEV S[EPOCH]", with " (was @OLD)" for a remapped extent. Commands:
+// "FB+LEN@DEV S[EPOCH]", with " (was @OLD)" for a remapped extent, or
+// " (was @OLD U)" if it remapped a pending conversion. Commands:
 //
 //	load                          Load the records listed in the input,
 //	  FB+LEN@DEV W|U ...          one a line; shows the extents or the error
@@ -140,7 +141,8 @@ func fmtRanges(rs []DevRange) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
-// fmtRemappings formats remappings as "OLD+LEN->NEW ...", or "nil".
+// fmtRemappings formats remappings as "OLD+LEN->NEW ...", with
+// "OLD+LEN(U)->NEW" where the old record said Unwritten, or "nil".
 func fmtRemappings(rs []Remapping) string {
 	if rs == nil {
 		return "nil"
@@ -151,7 +153,11 @@ func fmtRemappings(rs []Remapping) string {
 			parts = append(parts, fmt.Sprintf("%v->%v (lengths differ)", r.Old, r.New))
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%d+%d->%d", r.Old.Start, r.Old.Len, r.New.Start))
+		u := ""
+		if r.OldUnwritten {
+			u = "(U)"
+		}
+		parts = append(parts, fmt.Sprintf("%d+%d%s->%d", r.Old.Start, r.Old.Len, u, r.New.Start))
 	}
 	return "[" + strings.Join(parts, " ") + "]"
 }

@@ -14,7 +14,7 @@ var (
 	// ErrInvalid: an argument is malformed (an extent of length zero, one
 	// whose file or device range overflows, an unknown state, an unwritten
 	// extent with a non-zero epoch, a remap of epoch 0 or of blocks that
-	// are not durable written or remapped). A caller bug. Wraps EINVAL.
+	// are not written). A caller bug. Wraps EINVAL.
 	ErrInvalid error = &sentinel{msg: "invalid extent", wraps: []error{syscall.EINVAL}}
 
 	// ErrMapped: Insert was given a range that is not wholly a hole. A

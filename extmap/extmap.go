@@ -19,9 +19,12 @@
 // 0. The device blocks of every other extent (an
 // unwritten extent, a pending conversion, the new blocks of a remap; see
 // Copy-on-write remaps) belong to it alone, and overlap no other extent's.
-// The blocks a remap replaced (Extent.OldDevBlock) are not counted: they
-// are a reference its record holds, not blocks the map reads. The map does
-// not count references; the engine does, outside it.
+// The blocks a remap replaced (Extent.OldDevBlock) are not blocks the map
+// reads, but a reference its record holds: durable written blocks, which
+// may be shared, or, for a remap of a pending conversion (OldUnwritten),
+// the conversion's blocks, which still belong to it alone. So the records
+// overlap on the device only where both say Written, as Load requires. The
+// map does not count references; the engine does, outside it.
 //
 // # Durability epochs
 //
@@ -60,20 +63,20 @@
 // Records that did not change are not reported: a mutation reports only
 // the extents it split, merged, changed or removed, and a change that
 // leaves the persisted record as it was (for instance an Epoch that moves
-// from one non-zero value to another, or a remap of a durable written
-// extent, whose record keeps naming the old blocks) reports nothing for
-// that record.
+// from one non-zero value to another, or a remap, whose record keeps
+// naming the old blocks) reports nothing for that record.
 //
 // # Merging
 //
 // Two extents are mergeable when they touch in the file and on the device,
 // have the same State and the same Epoch, and are both plain or both
-// remapped, with old blocks that touch too (so that the merged extent's
-// record is the two records joined). Every mutation merges the
-// extents it creates or changes with mergeable neighbours, so a map built
-// by mutations alone (or loaded from merged records) never holds a
-// mergeable pair; Check verifies it. Load keeps the records' boundaries as
-// they are, because the record mirror starts from them.
+// remapped, with old blocks that touch too and the same OldUnwritten (so
+// that the merged extent's record is the two records joined). Every
+// mutation merges the extents it creates or changes with mergeable
+// neighbours, so a map built by mutations alone (or loaded from merged
+// records) never holds a mergeable pair; Check verifies it. Load keeps
+// the records' boundaries as they are, because the record mirror starts
+// from them.
 //
 // Pending extents (Epoch > 0) merge only when their epochs are equal, not
 // by taking the larger epoch. Taking the larger one would make blocks
@@ -86,37 +89,57 @@
 // # Copy-on-write remaps
 //
 // A write into a shared device block (see Extents) must not change it in
-// place. The engine writes the new data out of place, to a freshly
+// place, and neither may a second write into a pending conversion (see
+// below). The engine writes the new data out of place, to a freshly
 // allocated "staged" block, and once that write has completed calls Remap,
 // which maps the file block to the staged block in core at once (reads
 // must see the new data). The persisted record, though, must go on naming
 // the old block until a device flush has made the new block's data
-// durable: a crash before that flush must find the old data, which is
-// durable, and never a record naming a block whose data the device may
-// have lost. So a remapped extent is pending, like a conversion: it has
-// Remapped set, OldDevBlock the block it replaced, and Epoch the epoch
-// whose flush makes its data durable; Extent.Persisted gives its record,
-// {FileBlock, OldDevBlock, Len, Written}. This is the deferral of the
-// durability epochs, applied to the device block instead of the state, and
-// it has the same rule: the engine may Remap only blocks whose data is on
-// the device, and must pick the epoch after the write has completed.
+// durable: a crash before that flush must find what the record named
+// before (the old data, which is durable, or zeros), and never a record
+// naming a block whose data the device may have lost. So a remapped
+// extent is pending, like a conversion: it has Remapped set, OldDevBlock
+// the block it replaced, and Epoch the epoch whose flush makes its data
+// durable; Extent.Persisted gives its record, {FileBlock, OldDevBlock,
+// Len, Written}, or Unwritten if OldUnwritten is set (see below). This is
+// the deferral of the durability epochs, applied to the device block
+// instead of the state, and it has the same rule: the engine may Remap
+// only blocks whose data is on the device, and must pick the epoch after
+// the write has completed.
 //
-// Remap takes only blocks that are durable written or already remapped
-// (unwritten blocks and pending conversions are never shared: the engine
-// writes them in place). A block remapped again keeps its old block, the
-// one its record names, and Remap returns the staged blocks it replaces,
-// which no record names, for the engine to free at once.
+// Remap takes every written block, and only those: holes and unwritten
+// blocks are never shared, and the engine writes them in place, converting
+// them. What a block's record says does not change:
+//
+//   - a durable written block becomes a remap of its own block, whose
+//     record keeps naming it, Written;
+//   - a pending conversion (written in place, its record still Unwritten)
+//     becomes a remap of its own block with OldUnwritten set, whose record
+//     keeps naming it, Unwritten: a crash before the flush shows zeros, as
+//     it would have without the remap. The engine remaps these too because
+//     it writes a block in place at most once before it frees it (a second
+//     write of a block whose conversion is pending goes out of place, so
+//     that the data a checksum was computed for never changes under it).
+//     The old block still belongs to the file alone;
+//   - a block remapped again keeps its old block and OldUnwritten (what its
+//     record names), and Remap returns the staged blocks it replaces, which
+//     no record names, for the engine to free at once.
 //
 // MarkDurable(E) switches the record of every remap with epoch <= E to its
-// new blocks, and returns a Remapping{Old, New} for each: the engine then
-// drops one reference to Old and marks New no longer staged, in the
-// metadata batch that the fsync syncs. Unconvert of a remapped block
-// reports the same, since its record then names the new blocks
-// (Unwritten). Remove and CollapseRange return, for a remapped block, both
-// its new block (staged, named by no record) and its old one (the
-// reference its record held): the engine, which knows which blocks are
-// staged, tells them apart. InsertRange moves remapped extents as it moves
-// any other.
+// new blocks, Written, and returns a Remapping{Old, New, OldUnwritten} for
+// each: the engine then drops one reference to Old (frees it, if
+// OldUnwritten: a conversion's blocks have no other) and marks New no
+// longer staged, in the metadata batch that the fsync syncs. Unconvert of a
+// remapped block reports the same, since its record then names the new
+// blocks (Unwritten). Remove and CollapseRange return, for a remapped
+// block, both its new block (staged, named by no record) and its old one
+// (the reference its record held, unwritten or not): the engine, which
+// knows which blocks are staged, tells them apart. InsertRange moves
+// remapped extents as it moves any other, OldUnwritten included.
+//
+// Two remaps merge only if they agree on OldUnwritten (their records, one
+// Written and one Unwritten, could not be joined otherwise), and a remap
+// never merges with a plain extent (see Merging).
 //
 // # Costs
 //
@@ -179,12 +202,18 @@ type Extent struct {
 	// on the device, Unwritten blocks read as zeros.
 	State meta.ExtentState
 	// Remapped is set only on a Written extent with Epoch > 0 whose blocks
-	// replaced, by copy-on-write, the durable written blocks starting at
+	// replaced, by copy-on-write, the written blocks starting at
 	// OldDevBlock (see the package doc, Copy-on-write remaps): its
-	// persisted record still maps FileBlock..+Len to OldDevBlock, Written,
-	// until MarkDurable covers Epoch. (Declared beside State, so that an
-	// Extent stays 48 bytes.)
+	// persisted record still maps FileBlock..+Len to OldDevBlock, Written
+	// (Unwritten if OldUnwritten), until MarkDurable covers Epoch.
+	// (Declared beside State, as OldUnwritten is, so that an Extent stays
+	// 48 bytes.)
 	Remapped bool
+	// OldUnwritten is set only on a Remapped extent whose old blocks were
+	// a pending conversion: their record says Unwritten, and they belong
+	// to the file alone. Otherwise they were durable written, and their
+	// record says Written.
+	OldUnwritten bool
 	// Epoch is 0 when the persisted record states State and DevBlock. A
 	// Written extent with Epoch > 0 was converted from unwritten in core
 	// at conversion epoch Epoch, but its data is not yet known durable, so
@@ -202,9 +231,11 @@ func (e Extent) End() uint64 { return e.FileBlock + e.Len }
 
 // Persisted returns the record to store for e: the same extent, with State
 // Unwritten while Epoch > 0, except that a Remapped extent's record is
-// {FileBlock, OldDevBlock, Len, Written}.
+// {FileBlock, OldDevBlock, Len, Written}, or Unwritten if OldUnwritten.
 func (e Extent) Persisted() meta.Extent {
 	switch {
+	case e.Remapped && e.OldUnwritten:
+		return meta.Extent{FileBlock: e.FileBlock, DevBlock: e.OldDevBlock, Len: e.Len, State: meta.Unwritten}
 	case e.Remapped:
 		return meta.Extent{FileBlock: e.FileBlock, DevBlock: e.OldDevBlock, Len: e.Len, State: meta.Written}
 	case e.Epoch > 0:
@@ -215,6 +246,8 @@ func (e Extent) Persisted() meta.Extent {
 
 func (e Extent) String() string {
 	switch {
+	case e.Remapped && e.OldUnwritten:
+		return fmt.Sprintf("[%d+%d @%d %v epoch %d, remap of unwritten @%d]", e.FileBlock, e.Len, e.DevBlock, e.State, e.Epoch, e.OldDevBlock)
 	case e.Remapped:
 		return fmt.Sprintf("[%d+%d @%d %v epoch %d, remap of @%d]", e.FileBlock, e.Len, e.DevBlock, e.State, e.Epoch, e.OldDevBlock)
 	case e.Epoch > 0:
@@ -227,7 +260,7 @@ func (e Extent) String() string {
 // past block 2^64-1 in the file or on the device, of a known state,
 // unwritten only with Epoch 0, and either Remapped (then Written, with
 // Epoch > 0, and old blocks not running past block 2^64-1 either) or with
-// OldDevBlock 0.
+// OldDevBlock 0 and OldUnwritten false.
 func (e Extent) valid() bool {
 	if !(e.Len > 0 && e.FileBlock+e.Len > e.FileBlock && e.DevBlock+e.Len > e.DevBlock &&
 		(e.State == meta.Written || (e.State == meta.Unwritten && e.Epoch == 0))) {
@@ -236,7 +269,7 @@ func (e Extent) valid() bool {
 	if e.Remapped {
 		return e.State == meta.Written && e.Epoch > 0 && e.OldDevBlock+e.Len > e.OldDevBlock
 	}
-	return e.OldDevBlock == 0
+	return e.OldDevBlock == 0 && !e.OldUnwritten
 }
 
 // shareable reports whether e's device blocks may be shared with other
@@ -250,17 +283,18 @@ func (e Extent) shareable() bool {
 func (e Extent) piece(lo, hi uint64) Extent {
 	p := Extent{FileBlock: lo, DevBlock: e.DevBlock + (lo - e.FileBlock), Len: hi - lo, State: e.State, Epoch: e.Epoch}
 	if e.Remapped {
-		p.Remapped, p.OldDevBlock = true, e.OldDevBlock+(lo-e.FileBlock)
+		p.Remapped, p.OldDevBlock, p.OldUnwritten = true, e.OldDevBlock+(lo-e.FileBlock), e.OldUnwritten
 	}
 	return p
 }
 
 // mergeable reports whether b can be appended to a as one extent: they
 // touch in the file and on the device, have the same state and epoch, and
-// are both plain or both remapped with old blocks that touch as well.
+// are both plain or both remapped, with old blocks that touch as well and
+// the same OldUnwritten.
 func mergeable(a, b Extent) bool {
 	return a.End() == b.FileBlock && a.DevBlock+a.Len == b.DevBlock && a.State == b.State && a.Epoch == b.Epoch &&
-		a.Remapped == b.Remapped && (!a.Remapped || a.OldDevBlock+a.Len == b.OldDevBlock)
+		a.Remapped == b.Remapped && a.OldUnwritten == b.OldUnwritten && (!a.Remapped || a.OldDevBlock+a.Len == b.OldDevBlock)
 }
 
 // Recorder receives the changes a mutation makes to the persisted extent
@@ -309,6 +343,10 @@ func (r DevRange) End() uint64 { return r.Start + r.Len }
 // drops one reference to Old and marks New no longer staged.
 type Remapping struct {
 	Old, New DevRange
+	// OldUnwritten is set when Old was a pending conversion's blocks, its
+	// record Unwritten (Extent.OldUnwritten): they belong to the file
+	// alone, so dropping the reference frees them.
+	OldUnwritten bool
 }
 
 // btreeDegree is the degree of both B-trees: nodes of up to 63 items,

@@ -26,13 +26,19 @@ type block struct {
 	old    uint64
 	mapped bool
 	state  meta.ExtentState
-	// remapped is set on a block that Remap moved from old to dev.
-	remapped bool
+	// remapped is set on a block that Remap moved from old to dev;
+	// oldUnwritten too if old was a pending conversion (its record says
+	// Unwritten).
+	remapped, oldUnwritten bool
 }
 
 // durable reports whether x is mapped durable written: the blocks that
-// may be shared, and that Remap takes (with remapped ones).
+// may be shared.
 func (x block) durable() bool { return x.mapped && x.state == meta.Written && x.epoch == 0 }
+
+// written reports whether x is mapped written, durable or not, remapped or
+// not: the blocks that Remap takes.
+func (x block) written() bool { return x.mapped && x.state == meta.Written }
 
 // source supplies the harness's choices: a seeded PRNG, or fuzz bytes.
 type source interface {
@@ -233,14 +239,20 @@ func (h *harness) unmap(x block, freed map[uint64]int) {
 	}
 }
 
+// remapWant is what a Remapping must say of one new block.
+type remapWant struct {
+	old          uint64
+	oldUnwritten bool
+}
+
 // settle makes remapped block x of the model plain, its record now naming
 // its new block, and records the move in remaps (new block -> old block,
 // the Remappings MarkDurable and Unconvert must return).
-func (h *harness) settle(x *block, remaps map[uint64]uint64) {
+func (h *harness) settle(x *block, remaps map[uint64]remapWant) {
 	if x.remapped {
-		remaps[x.dev] = x.old
+		remaps[x.dev] = remapWant{old: x.old, oldUnwritten: x.oldUnwritten}
 		h.unref(x.old, 1)
-		x.remapped, x.old = false, 0
+		x.remapped, x.old, x.oldUnwritten = false, 0, false
 	}
 }
 
@@ -300,7 +312,7 @@ func (h *harness) step() {
 		}
 		h.logf("Unconvert(%d, %d)", fb, n)
 		got := h.m.Unconvert(fb, n, h)
-		want := map[uint64]uint64{}
+		want := map[uint64]remapWant{}
 		for b := fb; b < rangeEnd(fb, n) && b < uint64(len(h.model)); b++ {
 			if x := &h.model[b]; x.mapped && x.state == meta.Written {
 				h.settle(x, want)
@@ -321,7 +333,7 @@ func (h *harness) step() {
 		h.logf("MarkDurable(%d)", upTo)
 		got := h.m.MarkDurable(upTo, h)
 		allowRepeat = true
-		want := map[uint64]uint64{}
+		want := map[uint64]remapWant{}
 		for i := range h.model {
 			if x := &h.model[i]; x.epoch > 0 && x.epoch <= upTo {
 				h.settle(x, want)
@@ -404,8 +416,9 @@ func (h *harness) insert() {
 	e := Extent{FileBlock: fb, DevBlock: dev, Len: n, State: state, Epoch: epoch}
 	if h.src.intn(40) == 0 {
 		// Invalid extents: empty, unwritten with an epoch, overflowing,
-		// remapped (only Remap makes remaps), old block without a remap.
-		switch h.src.intn(5) {
+		// remapped (only Remap makes remaps), old block or old state
+		// without a remap.
+		switch h.src.intn(6) {
 		case 0:
 			e.Len = 0
 		case 1:
@@ -417,6 +430,8 @@ func (h *harness) insert() {
 			e.State, e.Epoch, e.Remapped, e.OldDevBlock = meta.Written, 1, true, h.next
 		case 4:
 			e.OldDevBlock = 1
+		case 5:
+			e.OldUnwritten = true
 		}
 		before := h.m.Extents()
 		h.logf("Insert(%v) invalid", e)
@@ -454,18 +469,14 @@ func (h *harness) remove() {
 	h.checkFreed("Remove", freed, want)
 }
 
-// remap runs Remap, mostly over a run of durable written or remapped
-// blocks, to fresh device blocks or to the blocks after the left
-// neighbour's (a sequential copy-on-write, which merges), and sometimes
-// over a range with a block that is neither (a hole, unwritten, a pending
-// conversion), or with epoch 0 or an overflowing device range: then it
-// must fail and change nothing.
+// remap runs Remap, mostly over a run of written blocks (durable, pending
+// conversions, remapped), to fresh device blocks or to the blocks after the
+// left neighbour's (a sequential copy-on-write, which merges), and
+// sometimes over a range with a hole or an unwritten block, or with epoch 0
+// or an overflowing device range: then it must fail and change nothing.
 func (h *harness) remap() {
 	size := uint64(len(h.model))
-	eligible := func(b uint64) bool {
-		x := h.at(b)
-		return x.durable() || x.remapped
-	}
+	eligible := func(b uint64) bool { return h.at(b).written() }
 	var fb, n uint64
 	if h.src.intn(6) == 0 {
 		fb, n = h.pickRange()
@@ -528,9 +539,12 @@ func (h *harness) remap() {
 	want := map[uint64]int{}
 	for i := range n {
 		x := &h.model[fb+i]
-		y := block{mapped: true, dev: dev + i, state: meta.Written, epoch: epoch, remapped: true, old: x.dev}
+		// The old block is the one the record names: a durable block's
+		// own (Written), a pending conversion's own (Unwritten), or that
+		// of a remapped block, whose staged block is released.
+		y := block{mapped: true, dev: dev + i, state: meta.Written, epoch: epoch, remapped: true, old: x.dev, oldUnwritten: x.epoch > 0}
 		if x.remapped {
-			y.old = x.old
+			y.old, y.oldUnwritten = x.old, x.oldUnwritten
 			want[x.dev]++
 			h.unref(x.dev, 1)
 		}
@@ -621,13 +635,13 @@ func (h *harness) checkFreed(op string, freed []DevRange, want map[uint64]int) {
 }
 
 // checkRemappings checks that remaps, from MarkDurable or Unconvert, pair
-// exactly the new and old blocks of want (new block -> old block), with no
-// new block twice. It wants nil if want is empty.
-func (h *harness) checkRemappings(op string, remaps []Remapping, want map[uint64]uint64) {
+// exactly the new and old blocks of want (new block -> old block and its
+// record's state), with no new block twice. It wants nil if want is empty.
+func (h *harness) checkRemappings(op string, remaps []Remapping, want map[uint64]remapWant) {
 	if len(want) == 0 && remaps != nil {
 		h.fail("%s returned %v, want nil", op, remaps)
 	}
-	got := map[uint64]uint64{}
+	got := map[uint64]remapWant{}
 	for _, r := range remaps {
 		if r.New.Len == 0 || r.Old.Len != r.New.Len {
 			h.fail("%s returned a malformed remapping %v: %v", op, r, remaps)
@@ -636,11 +650,11 @@ func (h *harness) checkRemappings(op string, remaps []Remapping, want map[uint64
 			if _, dup := got[r.New.Start+i]; dup {
 				h.fail("%s returned new block %d twice: %v", op, r.New.Start+i, remaps)
 			}
-			got[r.New.Start+i] = r.Old.Start + i
+			got[r.New.Start+i] = remapWant{old: r.Old.Start + i, oldUnwritten: r.OldUnwritten}
 		}
 	}
 	if !maps.Equal(got, want) {
-		h.fail("%s returned remappings %v, want (new: old) %v", op, remaps, want)
+		h.fail("%s returned remappings %v, want (new: {old, oldUnwritten}) %v", op, remaps, want)
 	}
 }
 
@@ -652,27 +666,31 @@ func (h *harness) verify() {
 		h.fail("Check: %v", err)
 	}
 	// Extents, expanded, equal the model block by block, epochs and remaps
-	// included. Only durable written blocks share a device block, and a
+	// included. Only durable written blocks share a device block, a
 	// remap's old blocks (which its record names) are not those of an
 	// unwritten extent or a pending conversion (which its record names,
-	// Unwritten): so the records, which the mirror shows equal the
-	// persisted forms, would load after a crash. devs counts the mappings
-	// of each device block, a durable written one as 1, any other as
-	// exclusive.
+	// Unwritten), and the old blocks of a remap of a pending conversion
+	// (which its record names, Unwritten) are no other block's, old or
+	// new: so the records, which the mirror shows equal the persisted
+	// forms, would load after a crash. devs counts the mappings of each
+	// device block, a durable written one as 1, any other as exclusive;
+	// olds counts the remaps whose record names each device block.
 	const exclusive = 1 << 32
 	exts := m.Extents()
 	var blocks uint64
 	pending := false
 	got := make([]block, len(h.model))
 	devs := make(map[uint64]int, len(h.used))
+	olds := map[uint64]int{}
 	for _, e := range exts {
 		if e.End() > uint64(len(h.model)) {
 			h.fail("extent %v past the model's %d blocks", e, len(h.model))
 		}
 		for i := range e.Len {
-			x := block{mapped: true, dev: e.DevBlock + i, state: e.State, epoch: e.Epoch, remapped: e.Remapped}
+			x := block{mapped: true, dev: e.DevBlock + i, state: e.State, epoch: e.Epoch, remapped: e.Remapped, oldUnwritten: e.OldUnwritten}
 			if e.Remapped {
 				x.old = e.OldDevBlock + i
+				olds[x.old]++
 			}
 			got[e.FileBlock+i] = x
 			if x.durable() {
@@ -693,6 +711,10 @@ func (h *harness) verify() {
 		}
 		if x.remapped && devs[x.old] >= exclusive {
 			h.fail("block %d: old device block %d of %+v mapped by an unwritten or pending block", i, x.old, x)
+		}
+		if x.oldUnwritten && (devs[x.old] != 0 || olds[x.old] != 1) {
+			h.fail("block %d: old device block %d of %+v, a pending conversion's, mapped %d times, named by %d remaps",
+				i, x.old, x, devs[x.old], olds[x.old])
 		}
 	}
 	if len(h.history)%32 == 0 {

@@ -29,10 +29,10 @@ const maxScratch = 4096
 // it with mergeable neighbours (see the package doc, Merging). e must be
 // valid: Len > 0, no overflow in the file or on the device, State Written or
 // Unwritten, Epoch 0 if Unwritten, and not Remapped (a hole has no blocks
-// to replace: remaps are made by Remap alone) with OldDevBlock 0. A Written
-// extent with Epoch > 0 is persisted as Unwritten until MarkDurable covers
-// its epoch. On error (ErrInvalid, ErrMapped) nothing changes and nothing
-// is recorded.
+// to replace: remaps are made by Remap alone) with OldDevBlock 0 and
+// OldUnwritten false. A Written extent with Epoch > 0 is persisted as
+// Unwritten until MarkDurable covers its epoch. On error (ErrInvalid,
+// ErrMapped) nothing changes and nothing is recorded.
 func (m *Map) Insert(e Extent, rec Recorder) error {
 	if !e.valid() || e.Remapped {
 		return &Error{Op: "insert", Extent: e, Err: ErrInvalid}
@@ -81,7 +81,8 @@ func (m *Map) Convert(fb, n, epoch uint64, rec Recorder) {
 //
 // A remapped block that it makes Unwritten keeps its new device block,
 // whose record (Unwritten) then names it instead of the old one: Unconvert
-// returns a Remapping for each such piece, as MarkDurable does, or nil if
+// returns a Remapping for each such piece, as MarkDurable does (with
+// OldUnwritten set if the remap replaced a pending conversion), or nil if
 // there was none. The engine must not unconvert shared device blocks (see
 // the package doc, Extents): an unwritten extent owns its blocks, so it
 // must remap or punch them first.
@@ -92,13 +93,15 @@ func (m *Map) Unconvert(fb, n uint64, rec Recorder) []Remapping {
 // MarkDurable sets Epoch 0 on every extent with 0 < Epoch <= upTo, so that
 // its record says Written, and merges it with mergeable neighbours. A
 // remapped extent among them becomes a plain one (Remapped false,
-// OldDevBlock 0), its record now naming its new blocks, and MarkDurable
-// returns a Remapping for it (see the package doc, Copy-on-write remaps):
-// one per extent as it was before merging, in no particular order and not
-// coalesced, and no two with overlapping New ranges (Old ranges overlap
-// where remaps replaced blocks that the file mapped more than once); nil
-// if no remap was made durable. The engine calls it once the device flush of epoch upTo
-// has completed, and puts what it records, and the reference changes the
+// OldDevBlock 0, OldUnwritten false), its record now naming its new
+// blocks, Written, whether it named the old ones Written or (OldUnwritten)
+// Unwritten, and MarkDurable returns a Remapping for it (see the package
+// doc, Copy-on-write remaps), OldUnwritten included: one per extent as it
+// was before merging, in no particular order and not coalesced, and no two
+// with overlapping New ranges (Old ranges overlap where remaps replaced
+// blocks that the file mapped more than once); nil if no remap was made
+// durable. The engine calls it once the device flush of epoch upTo has
+// completed, and puts what it records, and the reference changes the
 // Remappings call for, into the metadata batch it then syncs. Only the
 // extents it changes (and neighbours it merges them with) are reported; an
 // extent made durable and then merged with a neighbour made durable by a
@@ -129,22 +132,24 @@ func (m *Map) MarkDurable(upTo uint64, rec Recorder) []Remapping {
 // xfs_reflink_end_cow at the end of a copy-on-write write, except that the
 // record's switch to the new blocks waits for the flush.
 //
-// Every block of the range must be mapped by a Written extent that is
-// durable (Epoch 0) or already remapped. A durable block's piece becomes a
-// remap whose old block is its present block, and an already remapped
-// block's piece keeps its old block: either way the records keep their
-// content, and are reported only where the range's edges split one or the
-// new extents merge with neighbours (see the package doc, Merging). Remap
-// returns the device blocks that already remapped blocks of the range were
-// backed by (staged blocks that no record names, now unmapped, for the
-// engine to free), sorted by Start and coalesced, or nil if there were
-// none.
+// Every block of the range must be written: durable (Epoch 0), a pending
+// conversion (Epoch > 0, not remapped) or already remapped. A durable
+// block's piece becomes a remap whose old block is its present block; a
+// pending conversion's piece too, with OldUnwritten set, as its record
+// says Unwritten; an already remapped block's piece keeps its old block
+// and OldUnwritten. Either way the records keep their content, and are
+// reported only where the range's edges split one or the new extents
+// merge with neighbours (see the package doc, Merging). Remap returns the
+// device blocks that already remapped blocks of the range were backed by
+// (staged blocks that no record names, now unmapped, for the engine to
+// free), sorted by Start and coalesced, or nil if there were none; the
+// blocks of a pending conversion are not among them, as its record still
+// names them.
 //
 // It fails with ErrInvalid, changing and recording nothing, if n or epoch
 // is 0, if either range runs past block 2^64-1, or if a block of the range
-// is a hole, unwritten, or a pending conversion (Written with Epoch > 0
-// but not remapped: its blocks are not shared, and the engine writes them
-// in place).
+// is a hole or unwritten (its blocks are not shared, and the engine writes
+// them in place).
 func (m *Map) Remap(fb, n, dev, epoch uint64, rec Recorder) ([]DevRange, error) {
 	want := Extent{FileBlock: fb, DevBlock: dev, Len: n, State: meta.Written, Epoch: epoch}
 	if !want.valid() || epoch == 0 {
@@ -161,8 +166,8 @@ func (m *Map) Remap(fb, n, dev, epoch uint64, rec Recorder) ([]DevRange, error) 
 		switch {
 		case x.FileBlock > cur:
 			err = detail(ErrInvalid, "block %d is a hole", cur)
-		case x.State != meta.Written || (x.Epoch > 0 && !x.Remapped):
-			err = detail(ErrInvalid, "overlaps %v, neither durable written nor remapped", x)
+		case x.State != meta.Written:
+			err = detail(ErrInvalid, "overlaps %v, which is not written", x)
 		}
 		if err != nil {
 			m.trimScratch()
@@ -187,10 +192,14 @@ func (m *Map) Remap(fb, n, dev, epoch uint64, rec Recorder) ([]DevRange, error) 
 		}
 		p := x.piece(s, e)
 		y := want.piece(s, e)
-		y.Remapped, y.OldDevBlock = true, p.DevBlock
+		y.Remapped = true
 		if p.Remapped {
-			y.OldDevBlock = p.OldDevBlock
+			// Its record keeps naming its old blocks; the staged ones go.
+			y.OldDevBlock, y.OldUnwritten = p.OldDevBlock, p.OldUnwritten
 			released = append(released, DevRange{Start: p.DevBlock, Len: p.Len})
+		} else {
+			// Durable, or a pending conversion whose record says Unwritten.
+			y.OldDevBlock, y.OldUnwritten = p.DevBlock, p.Epoch > 0
 		}
 		m.new = append(m.new, y)
 		if e < x.End() {
@@ -206,13 +215,13 @@ func (m *Map) Remap(fb, n, dev, epoch uint64, rec Recorder) ([]DevRange, error) 
 // range's edges, and returns the device blocks it unmapped, sorted by
 // Start and coalesced where contiguous: for every block removed, its
 // device block and, for a remapped block, also its old block (the
-// reference its record held; see the package doc, Copy-on-write remaps),
-// which the engine tells apart from the staged new blocks itself. A device
-// block
-// that the range mapped more than once (shared blocks, see the package
-// doc, Extents) is returned once per mapping, so ranges may then
-// overlap; otherwise none do. A range that runs past block 2^64-1 is clipped there,
-// so Remove(size, math.MaxUint64, rec) truncates.
+// reference its record held, Written or, if OldUnwritten, Unwritten; see
+// the package doc, Copy-on-write remaps), which the engine tells apart
+// from the staged new blocks itself. A device block that the range mapped
+// more than once (shared blocks, see the package doc, Extents) is returned
+// once per mapping, so ranges may then overlap; otherwise none do. A range
+// that runs past block 2^64-1 is clipped there, so Remove(size,
+// math.MaxUint64, rec) truncates.
 func (m *Map) Remove(fb, n uint64, rec Recorder) []DevRange {
 	lo, hi := fb, rangeEnd(fb, n)
 	if hi <= lo {
@@ -272,7 +281,7 @@ func coalesce(rs []DevRange) []DevRange {
 // Epoch lies in [minEpoch, maxEpoch] get State to and Epoch epoch. A
 // remapped one becomes plain, its record naming its new blocks: the
 // restates that apply to remaps (Unconvert, MarkDurable) have to Unwritten
-// or epoch 0.
+// or epoch 0, so what the old record said (OldUnwritten) no longer matters.
 type restate struct {
 	from               meta.ExtentState
 	minEpoch, maxEpoch uint64
@@ -306,8 +315,12 @@ func (m *Map) restate(fb, n uint64, r restate, rec Recorder, done []Remapping) [
 		}
 		y := x.piece(s, e)
 		if y.Remapped {
-			done = append(done, Remapping{Old: DevRange{Start: y.OldDevBlock, Len: y.Len}, New: DevRange{Start: y.DevBlock, Len: y.Len}})
-			y.Remapped, y.OldDevBlock = false, 0
+			done = append(done, Remapping{
+				Old:          DevRange{Start: y.OldDevBlock, Len: y.Len},
+				New:          DevRange{Start: y.DevBlock, Len: y.Len},
+				OldUnwritten: y.OldUnwritten,
+			})
+			y.Remapped, y.OldDevBlock, y.OldUnwritten = false, 0, false
 		}
 		y.State, y.Epoch = r.to, r.epoch
 		m.new = append(m.new, y)
@@ -498,9 +511,9 @@ func (m *Map) CollapseRange(fb, n uint64, rec Recorder) []DevRange {
 // leaving [fb, fb+n) a hole (FALLOC_FL_INSERT_RANGE; analogous to XFS's
 // xfs_insert_file_space: split at fb with xfs_bmap_split_extent, then
 // xfs_bmap_insert_extents). An extent that contains fb is split there (the
-// pieces of a remapped one keep their old blocks). It fails with
-// ErrInvalid, changing nothing, if a moved extent would run past block
-// 2^64-1; n == 0 is a no-op. As CollapseRange, it costs
+// pieces of a remapped one keep their old blocks and OldUnwritten). It
+// fails with ErrInvalid, changing nothing, if a moved extent would run
+// past block 2^64-1; n == 0 is a no-op. As CollapseRange, it costs
 // O(k log n) for the k extents at or after fb, each of which changes key.
 func (m *Map) InsertRange(fb, n uint64, rec Recorder) error {
 	if n == 0 {

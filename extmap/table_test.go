@@ -13,9 +13,10 @@ import (
 )
 
 // parseExts parses "FB+LEN@DEV S; ..." where S is W or U, optionally
-// followed by an epoch: "0+4@100 W; 4+4@104 W5". (fmtExt also shows a
-// remapped extent's old block, "(was @N)", which parseExts does not read:
-// only Remap makes remaps.)
+// followed by an epoch: "0+4@100 W; 4+4@104 W5", and for a remapped
+// extent by its old block, "(was @N)", or "(was @N U)" if its record says
+// Unwritten, as fmtExt writes them. (Only Remap makes remaps: build cannot
+// insert them.)
 func parseExts(s string) []Extent {
 	var out []Extent
 	for _, f := range strings.Split(s, ";") {
@@ -40,6 +41,12 @@ func parseExts(s string) []Extent {
 				panic(fmt.Sprintf("bad epoch in %q", f))
 			}
 		}
+		if _, was, ok := strings.Cut(f, "(was @"); ok {
+			e.Remapped, e.OldUnwritten = true, strings.HasSuffix(was, " U)")
+			if _, err := fmt.Sscanf(was, "%d", &e.OldDevBlock); err != nil {
+				panic(fmt.Sprintf("bad old block in %q", f))
+			}
+		}
 		out = append(out, e)
 	}
 	return out
@@ -57,7 +64,10 @@ func fmtExt(e Extent) string {
 	if e.Epoch > 0 {
 		s += fmt.Sprint(e.Epoch)
 	}
-	if e.Remapped {
+	switch {
+	case e.Remapped && e.OldUnwritten:
+		s += fmt.Sprintf(" (was @%d U)", e.OldDevBlock)
+	case e.Remapped:
 		s += fmt.Sprintf(" (was @%d)", e.OldDevBlock)
 	}
 	return s
@@ -74,10 +84,7 @@ func fmtExts(es []Extent) string {
 // logRec records Recorder calls as "put <persisted record>" and "del FB".
 type logRec struct{ log []string }
 
-func (r *logRec) Put(e Extent) {
-	p := e.Persisted()
-	r.log = append(r.log, "put "+fmtExt(Extent{FileBlock: p.FileBlock, DevBlock: p.DevBlock, Len: p.Len, State: p.State}))
-}
+func (r *logRec) Put(e Extent)     { r.log = append(r.log, "put "+fmtExt(persistedExt(e))) }
 func (r *logRec) Delete(fb uint64) { r.log = append(r.log, fmt.Sprintf("del %d", fb)) }
 
 // build makes a map holding exts (pending ones included) by inserting
@@ -265,6 +272,115 @@ func TestTable(t *testing.T) {
 			want: "0+4@100 W; 4+4@104 W5", recs: []string{"put 0+4@100 W"},
 		},
 		{
+			name: "remap a pending conversion: record unchanged", start: "0+4@100 W3",
+			op: func(m *Map, r Recorder) any {
+				released, err := m.Remap(0, 4, 500, 5, r)
+				return fmt.Sprint(released, err, " ", fmtExt(persistedExt(m.Extents()[0])))
+			},
+			want: "0+4@500 W5 (was @100 U)", ret: "[] <nil> 0+4@100 U",
+		},
+		{
+			name: "remap the middle of a pending conversion", start: "0+10@100 W3",
+			op:   func(m *Map, r Recorder) any { return remapResult(m.Remap(3, 4, 500, 5, r)) },
+			want: "0+3@100 W3; 3+4@500 W5 (was @103 U); 7+3@107 W3",
+			recs: []string{"put 0+3@100 U", "put 3+4@103 U", "put 7+3@107 U"}, ret: "[] <nil>",
+		},
+		{
+			name: "remap a pending conversion twice", start: "0+4@100 W3",
+			op: func(m *Map, r Recorder) any {
+				if _, err := m.Remap(0, 4, 500, 5, nil); err != nil {
+					return err
+				}
+				return remapResult(m.Remap(1, 2, 600, 6, r))
+			},
+			want: "0+1@500 W5 (was @100 U); 1+2@600 W6 (was @101 U); 3+1@503 W5 (was @103 U)",
+			recs: []string{"put 0+1@100 U", "put 1+2@101 U", "put 3+1@103 U"}, ret: "[{501 2}] <nil>",
+		},
+		{
+			name: "remaps of pending conversions of different epochs merge", start: "0+2@100 W3; 2+2@102 W4",
+			op:   func(m *Map, r Recorder) any { return remapResult(m.Remap(0, 4, 500, 5, r)) },
+			want: "0+4@500 W5 (was @100 U)", recs: []string{"put 0+4@100 U", "del 2"}, ret: "[] <nil>",
+		},
+		{
+			name: "remaps of a pending conversion and a durable extent do not merge", start: "0+2@100 W3; 2+2@102 W",
+			op:   func(m *Map, r Recorder) any { return remapResult(m.Remap(0, 4, 500, 5, r)) },
+			want: "0+2@500 W5 (was @100 U); 2+2@502 W5 (was @102)", ret: "[] <nil>",
+		},
+		{
+			name: "remap of a durable extent next to a remapped conversion does not merge", start: "0+2@100 W3; 2+2@102 W",
+			op: func(m *Map, r Recorder) any {
+				if _, err := m.Remap(0, 2, 500, 5, nil); err != nil {
+					return err
+				}
+				return remapResult(m.Remap(2, 2, 502, 5, r))
+			},
+			want: "0+2@500 W5 (was @100 U); 2+2@502 W5 (was @102)", ret: "[] <nil>",
+		},
+		{
+			name: "remap of unwritten blocks still fails", start: "0+2@100 W3; 2+2@102 U",
+			op: func(m *Map, r Recorder) any {
+				_, err := m.Remap(0, 4, 500, 5, r)
+				return errors.Is(err, ErrInvalid)
+			},
+			want: "0+2@100 W3; 2+2@102 U", ret: "true",
+		},
+		{
+			name: "mark durable a remapped conversion", start: "0+4@100 W3; 4+4@104 W",
+			op: func(m *Map, r Recorder) any {
+				if _, err := m.Remap(0, 4, 500, 5, nil); err != nil {
+					return err
+				}
+				return m.MarkDurable(5, r)
+			},
+			want: "0+4@500 W; 4+4@104 W", recs: []string{"put 0+4@500 W"}, ret: "[{{100 4} {500 4} true}]",
+		},
+		{
+			name: "mark durable a remapped conversion before its conversion's epoch", start: "0+4@100 W7",
+			op: func(m *Map, r Recorder) any {
+				if _, err := m.Remap(0, 4, 500, 5, nil); err != nil {
+					return err
+				}
+				return m.MarkDurable(5, r)
+			},
+			want: "0+4@500 W", recs: []string{"put 0+4@500 W"}, ret: "[{{100 4} {500 4} true}]",
+		},
+		{
+			name: "unconvert a remapped conversion", start: "0+4@100 W3",
+			op: func(m *Map, r Recorder) any {
+				if _, err := m.Remap(0, 4, 500, 5, nil); err != nil {
+					return err
+				}
+				return m.Unconvert(0, 2, r)
+			},
+			want: "0+2@500 U; 2+2@502 W5 (was @102 U)", recs: []string{"put 0+2@500 U", "put 2+2@102 U"},
+			ret: "[{{100 2} {500 2} true}]",
+		},
+		{
+			name: "punch a remapped conversion", start: "0+4@100 W3",
+			op: func(m *Map, r Recorder) any {
+				if _, err := m.Remap(0, 4, 500, 5, nil); err != nil {
+					return err
+				}
+				return m.Remove(1, 2, r)
+			},
+			want: "0+1@500 W5 (was @100 U); 3+1@503 W5 (was @103 U)", recs: []string{"put 0+1@100 U", "put 3+1@103 U"},
+			ret: "[{101 2} {501 2}]",
+		},
+		{
+			name: "collapse a remapped conversion", start: "0+4@100 W3; 8+2@200 W3",
+			op: func(m *Map, r Recorder) any {
+				if _, err := m.Remap(0, 4, 500, 5, nil); err != nil {
+					return err
+				}
+				if _, err := m.Remap(8, 2, 600, 5, nil); err != nil {
+					return err
+				}
+				return m.CollapseRange(2, 4, r)
+			},
+			want: "0+2@500 W5 (was @100 U); 4+2@600 W5 (was @200 U)", recs: []string{"put 0+2@100 U", "put 4+2@200 U", "del 8"},
+			ret: "[{102 2} {502 2}]",
+		},
+		{
 			name: "remove the middle", start: "0+10@100 W",
 			op:   func(m *Map, r Recorder) any { return m.Remove(3, 4, r) },
 			want: "0+3@100 W; 7+3@107 W", recs: []string{"put 0+3@100 W", "put 7+3@107 W"}, ret: "[{103 4}]",
@@ -341,6 +457,15 @@ func TestTable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// remapResult formats what Remap returns.
+func remapResult(released []DevRange, err error) string { return fmt.Sprint(released, err) }
+
+// persistedExt returns e's record as an Extent, for fmtExt.
+func persistedExt(e Extent) Extent {
+	p := e.Persisted()
+	return Extent{FileBlock: p.FileBlock, DevBlock: p.DevBlock, Len: p.Len, State: p.State}
 }
 
 func TestLookup(t *testing.T) {
