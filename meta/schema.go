@@ -17,6 +17,7 @@
 //	"F" start                    free device extent -> length
 //	"R" start                    shared device blocks (reflink) -> length, references (>= 2)
 //	"C" start                    copy-on-write staging blocks -> length
+//	"K" chunk                    data checksums of device blocks [chunk*64, chunk*64+64): presence mask, CRC-32C each
 //
 // A missing extent record for a file block is a hole.
 //
@@ -70,6 +71,7 @@ const (
 	kindFree    = 'F'
 	kindShared  = 'R'
 	kindStaged  = 'C'
+	kindSums    = 'K'
 )
 
 // seal appends the checksum to a value that already starts with its
@@ -141,7 +143,19 @@ type Superblock struct {
 	DataStart uint64
 	// NextIno is the next inode number to hand out.
 	NextIno Ino
+	// Features are the volume's optional features (Feature*), chosen at
+	// mkfs. A volume made before features existed has none; its record
+	// is superLen bytes, one with features superLen+4.
+	Features uint32
 }
+
+// FeatureDataChecksums: every file block's data is checksummed (CRC-32C,
+// "K" records) and verified when read from the device.
+const FeatureDataChecksums uint32 = 1 << 0
+
+// knownFeatures are the features this code understands; a volume with
+// others is refused.
+const knownFeatures = FeatureDataChecksums
 
 const superLen = 4 + 16 + 4 + 4 + 8 + 8 + 8
 
@@ -159,6 +173,9 @@ func EncodeSuperblock(s *Superblock) []byte {
 	b = binary.BigEndian.AppendUint64(b, s.DeviceBytes)
 	b = binary.BigEndian.AppendUint64(b, s.DataStart)
 	b = binary.BigEndian.AppendUint64(b, uint64(s.NextIno))
+	if s.Features != 0 {
+		b = binary.BigEndian.AppendUint32(b, s.Features)
+	}
 	return seal(b)
 }
 
@@ -168,7 +185,7 @@ func DecodeSuperblock(v []byte) (*Superblock, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(p) != superLen {
+	if len(p) != superLen && len(p) != superLen+4 {
 		return nil, fmt.Errorf("superblock: %d-byte payload: %w", len(p), ErrCorrupt)
 	}
 	s := &Superblock{}
@@ -179,6 +196,12 @@ func DecodeSuperblock(v []byte) (*Superblock, error) {
 	s.DeviceBytes = binary.BigEndian.Uint64(p[28:])
 	s.DataStart = binary.BigEndian.Uint64(p[36:])
 	s.NextIno = Ino(binary.BigEndian.Uint64(p[44:]))
+	if len(p) == superLen+4 {
+		s.Features = binary.BigEndian.Uint32(p[52:])
+		if s.Features == 0 || s.Features&^knownFeatures != 0 {
+			return nil, fmt.Errorf("superblock: features %#x, this sluice knows %#x: %w", s.Features, knownFeatures, ErrCorrupt)
+		}
+	}
 	return s, nil
 }
 
@@ -541,4 +564,53 @@ func DecodeStaged(key, v []byte) (start, n uint64, err error) {
 		return 0, 0, fmt.Errorf("staged run at %d of %d blocks: %w", start, n, ErrCorrupt)
 	}
 	return start, n, nil
+}
+
+// SumChunkBlocks is how many device blocks one checksum record covers.
+const SumChunkBlocks = 64
+
+// SumChunk is one checksum record: the CRC-32C of each device block
+// [chunk*SumChunkBlocks, +SumChunkBlocks) whose bit is set in Mask (bit i
+// for block chunk*SumChunkBlocks+i).
+type SumChunk struct {
+	Mask uint64
+	Sums [SumChunkBlocks]uint32
+}
+
+const sumsLen = 8 + 4*SumChunkBlocks
+
+// SumsKey is the key of the checksum record of chunk.
+func SumsKey(chunk uint64) []byte { return key1(kindSums, chunk) }
+
+// SumsKeyRange returns the bounds of every checksum record.
+func SumsKeyRange() (start, end []byte) { return []byte{kindSums}, []byte{kindSums + 1} }
+
+// EncodeSums returns the value of c.
+func EncodeSums(c *SumChunk) []byte {
+	b := make([]byte, 1, 1+sumsLen+4)
+	b[0] = ValueVersion
+	b = binary.BigEndian.AppendUint64(b, c.Mask)
+	for _, s := range c.Sums {
+		b = binary.BigEndian.AppendUint32(b, s)
+	}
+	return seal(b)
+}
+
+// DecodeSums parses a checksum record.
+func DecodeSums(key, v []byte) (chunk uint64, c *SumChunk, err error) {
+	if len(key) != 9 || key[0] != kindSums {
+		return 0, nil, fmt.Errorf("checksum key %x: %w", key, ErrCorrupt)
+	}
+	p, err := open("checksums", v)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(p) != sumsLen {
+		return 0, nil, fmt.Errorf("checksums: %d-byte payload: %w", len(p), ErrCorrupt)
+	}
+	c = &SumChunk{Mask: binary.BigEndian.Uint64(p)}
+	for i := range c.Sums {
+		c.Sums[i] = binary.BigEndian.Uint32(p[8+4*i:])
+	}
+	return binary.BigEndian.Uint64(key[1:]), c, nil
 }

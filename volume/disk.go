@@ -100,6 +100,9 @@ type MkfsOptions struct {
 	// Prealloc allocates the whole image file up front instead of creating
 	// it sparse. The default value is false.
 	Prealloc bool
+	// DataChecksums checksums every file block's data (CRC-32C), verified
+	// on every read from the device. The default value is false.
+	DataChecksums bool
 	// Force overwrites an existing volume directory that is not in use.
 	// The default value is false.
 	Force bool
@@ -215,7 +218,7 @@ func formatData(dir string, o MkfsOptions, kv meta.KV) error {
 		return err
 	}
 	defer dev.Close()
-	_, err = Format(dev, kv, FormatOptions{BlockSize: o.BlockSize, Size: o.Size})
+	_, err = Format(dev, kv, FormatOptions{BlockSize: o.BlockSize, Size: o.Size, DataChecksums: o.DataChecksums})
 	return err
 }
 

@@ -138,6 +138,9 @@ type FormatOptions struct {
 	// Size is how much of the device the volume uses, in bytes. The
 	// default value is 0: the whole device.
 	Size int64
+	// DataChecksums makes the volume checksum every file block's data
+	// (meta.FeatureDataChecksums). The default value is false.
+	DataChecksums bool
 }
 
 // Format writes a new, empty file system to dev and kv: the header in block
@@ -194,6 +197,9 @@ func Format(dev device.Device, kv meta.KV, o FormatOptions) (*Header, error) {
 		DeviceBytes: h.DeviceBytes,
 		DataStart:   h.DataStart,
 		NextIno:     meta.RootIno + 1,
+	}
+	if o.DataChecksums {
+		sb.Features |= meta.FeatureDataChecksums
 	}
 	root := &meta.Inode{Ino: meta.RootIno, Parent: meta.RootIno, Mode: 0o040755, Nlink: 2, Atime: now, Mtime: now, Ctime: now, Gen: 1,
 		Uid: uint32(os.Getuid()), Gid: uint32(os.Getgid())}

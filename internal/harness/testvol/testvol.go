@@ -45,6 +45,9 @@ type Config struct {
 	// never crash (a crashable FS copies a whole file at each sync). The
 	// default value is false: vfs.NewCrashableMem.
 	NotCrashable bool
+	// DataChecksums formats the volume with data checksums
+	// (volume.FormatOptions.DataChecksums). The default value is false.
+	DataChecksums bool
 }
 
 // EnsureDefaults fills in the default of every zero field.
@@ -88,7 +91,7 @@ func Format(cfg Config) (*Disks, error) {
 		mem.Close()
 		return nil, err
 	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: cfg.BlockSize}); err != nil {
+	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: cfg.BlockSize, DataChecksums: cfg.DataChecksums}); err != nil {
 		kv.Close()
 		mem.Close()
 		return nil, fmt.Errorf("formatting: %w", err)
@@ -163,12 +166,17 @@ type CountingKV interface {
 // FormatOn formats a volume on mem with its metadata in kv, which must hold
 // no keys yet.
 func FormatOn(mem *memdev.Device, kv CountingKV, blockSize int) error {
+	return FormatOnWith(mem, kv, blockSize, false)
+}
+
+// FormatOnWith is FormatOn, with data checksums if dataChecksums.
+func FormatOnWith(mem *memdev.Device, kv CountingKV, blockSize int, dataChecksums bool) error {
 	if n, err := kv.Count(); err != nil {
 		return err
 	} else if n != 0 {
 		return fmt.Errorf("the metadata store holds %d keys already", n)
 	}
-	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: blockSize}); err != nil {
+	if _, err := volume.Format(mem, kv, volume.FormatOptions{BlockSize: blockSize, DataChecksums: dataChecksums}); err != nil {
 		return fmt.Errorf("formatting: %w", err)
 	}
 	return nil
