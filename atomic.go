@@ -25,12 +25,11 @@ import (
 //     data whole. A torn device write can only tear staging blocks or
 //     unwritten ones, which no record exposes until that flush.
 //   - A block of the range whose conversion is still pending (written in
-//     place by an earlier write, its record still unwritten) can neither
-//     be written in place (a crash after the next sync point would keep
-//     part of the new write) nor remapped (its record names the block as
-//     unwritten, which a remap's record would expose as written): the
-//     write first makes it durable with a sync point (settleConversions,
-//     counted in AtomicSettles), after which it is a durable written block.
+//     place by an earlier write, its record still unwritten) is remapped
+//     too: its record keeps saying unwritten until the sync point, which
+//     then names the new block and frees the old one (extmap's
+//     OldUnwritten). Writing it in place instead could leave a crash after
+//     the next sync point with part of the new write.
 //   - The write holds its blocks' range (iolock.RangeLock) until its remap
 //     is made, so two atomic writes of one block take turns, and the
 //     second copies again the block the first remapped (the first's
@@ -95,30 +94,17 @@ func (fs *FS) atomicWriteCheck(k *kiocb) error {
 	return nil
 }
 
-// atomicCowSegsLocked returns the written segments of segs (the mapping of
-// an atomic write's range, holes already allocated), which the write puts
-// out of place, or ok false if one of them is a pending conversion, which
-// must be settled first (settleConversions).
+// cowSegsLocked returns the written segments of segs (the mapping of a
+// range, holes already allocated), which an untorn or checksummed write
+// puts out of place: durable blocks, pending remaps and pending
+// conversions alike (extmap Remap takes them all).
 //
 // Preconditions: in.mu is held; the extents are loaded.
-func (in *inode) atomicCowSegsLocked(segs []extmap.Segment) (cow []extmap.Segment, ok bool) {
+func cowSegsLocked(segs []extmap.Segment) (cow []extmap.Segment) {
 	for _, s := range segs {
-		if s.Hole || s.State != meta.Written {
-			continue
+		if !s.Hole && s.State == meta.Written {
+			cow = append(cow, s)
 		}
-		if e, _ := in.ext.At(s.FileBlock); e.Epoch > 0 && !e.Remapped {
-			return nil, false
-		}
-		cow = append(cow, s)
 	}
-	return cow, true
-}
-
-// settleConversions makes pending conversions durable, with a sync point,
-// for an atomic write whose range holds one (see atomicCowSegsLocked).
-//
-// Preconditions: in.mu is not held.
-func (in *inode) settleConversions() error {
-	in.fs.counters.AtomicSettles.Add(1)
-	return in.fs.group.sync()
+	return cow
 }

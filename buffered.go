@@ -287,6 +287,7 @@ func (in *inode) startPageReads(pages []*pagecache.Page) {
 			pr.fn = pr.done
 		}
 		pr.in, pr.p, pr.size, pr.appending = in, p, size, appending
+		pr.pos, pr.dev = pos, uint64(fs.devOffset(s, pos)/fs.blockSize)
 		pr.r = device.Request{Op: device.OpRead, Buf: p.Data, Off: fs.devOffset(s, pos), Done: pr.fn}
 		if err := fs.dev.Submit(&pr.r); err != nil {
 			pr.free()
@@ -308,14 +309,22 @@ type pageRead struct {
 	size      int64                        // as finishPageRead's
 	appending bool                         // as finishPageRead's
 	fn        func(*device.Request, error) // done, bound once
+	// pos is the page's file offset and dev its device block, for the
+	// data checksum (a page is whole blocks on a checksummed volume).
+	pos int64
+	dev uint64
 }
 
 var pageReadPool = sync.Pool{New: func() any { return new(pageRead) }}
 
 func (pr *pageRead) done(_ *device.Request, err error) {
-	in, p, size, appending := pr.in, pr.p, pr.size, pr.appending
+	in, p, size, appending, pos, dev := pr.in, pr.p, pr.size, pr.appending, pr.pos, pr.dev
 	pr.free()
-	in.finishPageRead(p, eio(err), size, appending)
+	err = eio(err)
+	if err == nil && in.fs.sums != nil {
+		err = in.fs.verifySums(in, pos, dev, p.Data) // a mismatch leaves no page
+	}
+	in.finishPageRead(p, err, size, appending)
 }
 
 // free returns pr to the pool, dropping what it referenced.
@@ -801,7 +810,7 @@ func (in *inode) readRangeInto(buf []byte, pos int64) (size int64, err error) {
 			copy(part, bounce[devOff-ubase:])
 			continue
 		}
-		b.add(device.OpRead, part, devOff)
+		b.addRead(in, lo, part, devOff)
 	}
 	return size, b.run()
 }

@@ -56,6 +56,11 @@ func (fs *FS) transact(fn func(t *txn) error) error {
 		func(e alloc.Extent) { t.kv.Set(meta.FreeKey(uint64(e.Start)), meta.EncodeFree(e.Len)) },
 		func(start alloc.BlockNum) { t.kv.Delete(meta.FreeKey(uint64(start))) },
 	)
+	if fs.sums != nil {
+		// Every checksum set so far, so that no record can say a block
+		// is written before its checksum is recorded (package checksum).
+		fs.sums.Flush(t.kv.Set)
+	}
 	if t.kv.Len() == 0 {
 		t.kv.Abort()
 		return nil

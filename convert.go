@@ -91,12 +91,13 @@ func (in *inode) convertWrittenLocked(conv []fileRange, cow []cowRange, end int6
 // between transactions.
 const maxDeferredRecs = 4096
 
-// convertWrittenBack converts the unwritten blocks a writeback wrote. While
+// convertWrittenBack converts the unwritten blocks a writeback wrote, and
+// remaps the blocks it wrote out of place (cow: a checksummed volume). While
 // appends are in flight, blocks that lie wholly past the size belong to a
 // buffered append not yet published: they stay unwritten, recorded in
 // in.appendConv, and the append's publication converts them, so that the
 // metadata never says written past the size (appends.go).
-func (in *inode) convertWrittenBack(conv []fileRange) error {
+func (in *inode) convertWrittenBack(conv []fileRange, cow []cowRange) error {
 	fs := in.fs
 	in.mu.Lock()
 	if in.appends.pending.Load() > 0 {
@@ -116,8 +117,8 @@ func (in *inode) convertWrittenBack(conv []fileRange) error {
 	}
 	var dirty bool
 	var err error
-	if len(conv) > 0 {
-		dirty, err = in.convertWrittenLocked(conv, nil, 0, false)
+	if len(conv) > 0 || len(cow) > 0 {
+		dirty, err = in.convertWrittenLocked(conv, cow, 0, false)
 	}
 	in.mu.Unlock()
 	if dirty {

@@ -98,7 +98,11 @@ type Counters struct {
 	AtomicWrites           atomic.Int64 // RWFAtomic writes accepted
 	AtomicWritesInPlace    atomic.Int64 // ... that found only holes and unwritten blocks: their conversion is the switch
 	AtomicWritesOutOfPlace atomic.Int64 // ... that wrote written blocks to staging blocks, remapped in one transaction
-	AtomicSettles          atomic.Int64 // sync points an atomic write ran to make pending conversions in its range durable
+	// Data checksums (sums.go).
+	SumVerifiedBlocks atomic.Int64 // blocks read from the device and verified
+	SumMismatches     atomic.Int64 // verifications that failed (or found no checksum)
+	SumPartialWrites  atomic.Int64 // data writes of part of a block on a checksummed volume (never expected)
+	SumRewrites       atomic.Int64 // writes that copied a block's other bytes to write it whole elsewhere
 }
 
 // CounterValues is a snapshot of Counters by name.

@@ -80,6 +80,28 @@ func (p *cowPool) take(n uint64, out []refcount.Range) ([]refcount.Range, uint64
 	return out, got
 }
 
+// has reports whether the pool holds n blocks now (a NOWAIT write takes
+// them only if no refill, a transaction, is needed; a racing taker may
+// still leave it short, and the refill then runs).
+func (p *cowPool) has(n uint64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var got uint64
+	for _, r := range p.free {
+		got += r.Len
+	}
+	return got >= n
+}
+
+// cowBlocks returns how many blocks segs cover.
+func cowBlocks(segs []extmap.Segment) uint64 {
+	var n uint64
+	for _, s := range segs {
+		n += s.Len
+	}
+	return n
+}
+
 // put adds runs to the pool.
 func (p *cowPool) put(rs []refcount.Range) {
 	p.mu.Lock()
@@ -164,6 +186,17 @@ func (fs *FS) refillStaging(need, hint uint64) error {
 		fs.counters.CowRefills.Add(1)
 		return nil
 	})
+}
+
+// ReleaseStagingPool gives the staging blocks allocated ahead for
+// copy-on-write (and for untorn and checksummed writes) back to free space,
+// as Close does: for tools and tests that compare free space before and
+// after some writes.
+func (fs *FS) ReleaseStagingPool() error {
+	if err := fs.writable(); err != nil {
+		return err
+	}
+	return fs.releaseStaging()
 }
 
 // releaseStaging frees the staging blocks the pool holds (Close).
@@ -316,9 +349,9 @@ func (in *inode) unshareLocked(first, n uint64) error {
 				return err
 			}
 			buf := device.AlignedBuf(int(int64(k) * bs))
-			if err := device.ReadAt(fs.dev, buf, int64(old)*bs); err != nil {
+			if err := in.readVerified(buf, old, int64(fb)*bs); err != nil {
 				fs.cow.put(stage)
-				return eio(err)
+				return err
 			}
 			var cow []cowRange
 			at := uint64(0)

@@ -127,7 +127,7 @@ func (in *inode) directRead(k *kiocb) (int, error) {
 			fs.counters.DirectZeroFill.Add(1)
 			continue
 		}
-		b.add(device.OpRead, part, fs.devOffset(s, lo))
+		b.addRead(in, lo, part, fs.devOffset(s, lo))
 	}
 	if len(b.reqs) == 0 {
 		in.io.Unlock(iolock.Shared)
@@ -201,14 +201,28 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 	// turns: the second finds it remapped, and writes it in place.
 	var rng *iolock.Range
 	first, nb := fs.blockRange(k.off, k.off+int64(len(k.buf)))
-	if k.atomic {
-		// Untorn: every written block goes out of place (atomic.go),
-		// the range held until the remap, as for shared blocks.
-		if k.nowait {
+	if k.atomic || fs.sums != nil {
+		// Untorn, or checksummed: every written block goes out of place
+		// (atomic.go, sums.go), the range held until the remap, as for
+		// shared blocks.
+		if k.append && k.off&(fs.blockSize-1) != 0 {
+			// An append at an EOF inside a block (its route was taken
+			// from its length): the sub-block exclusive route reads the
+			// rest of the EOF block (widenToBlocks).
+			if k.nowait {
+				in.io.Unlock(mode)
+				return 0, fs.nowaitEAGAIN(nwSubBlockExcl)
+			}
+			return in.submitExclusive(k)
+		}
+		if k.atomic && k.nowait {
 			in.io.Unlock(mode)
 			return 0, fs.nowaitEAGAIN(nwAllocate)
 		}
-		rng = in.ranges.Lock(first, nb)
+		if rng = in.lockRange(first, nb, k.nowait); rng == nil {
+			in.io.Unlock(mode)
+			return 0, fs.nowaitEAGAIN(nwRangeBusy)
+		}
 		fs.counters.LockRangeCow.Add(1)
 	} else if shared, err := in.sharedIn(first, nb); err != nil || shared {
 		if err == nil && k.append && k.off&(fs.blockSize-1) != 0 {
@@ -253,7 +267,13 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 // exclusive route would be needed.
 func (in *inode) directWriteUnaligned(k *kiocb) (int, error) {
 	fs := in.fs
-	if fs.policy.BlockRangeExclusion && !k.append {
+	if fs.sums != nil {
+		// Checksummed: blocks are written whole, never in place
+		// (sums.go); the exclusive route reads the rest of them.
+		if k.nowait {
+			return 0, fs.nowaitEAGAIN(nwSubBlockExcl)
+		}
+	} else if fs.policy.BlockRangeExclusion && !k.append {
 		n, err := in.directWriteRange(k)
 		if err != errNeedExclusive {
 			return n, err
@@ -303,7 +323,13 @@ func (in *inode) submitExclusive(k *kiocb) (int, error) {
 	// write into the same unwritten block would zero our bytes (or we
 	// theirs) before either conversion ran (IOMAP_DIO_FORCE_WAIT).
 	in.drain()
-	if err := in.unshareRange(k.off, k.off+int64(len(k.buf))); err != nil {
+	var err error
+	if in.fs.sums != nil {
+		err = in.widenToBlocks(k)
+	} else {
+		err = in.unshareRange(k.off, k.off+int64(len(k.buf)))
+	}
+	if err != nil {
 		in.io.Unlock(iolock.Exclusive)
 		return 0, err
 	}
@@ -485,7 +511,11 @@ func (in *inode) submitDirectWrite(k *kiocb, mode iolock.Mode, wait bool, rng *i
 		return 0, err
 	}
 	op := newDioOp(in, k)
-	conv, err := in.planWrite(op, k.buf, k.off, k.nowait, 0)
+	pbuf, poff := k.buf, k.off
+	if k.rmw != nil {
+		pbuf, poff = k.rmw, k.rmwOff
+	}
+	conv, err := in.planWrite(op, pbuf, poff, k.nowait, 0)
 	if err != nil {
 		unlock()
 		op.free()
@@ -567,25 +597,18 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool, allocT
 		}
 		segs = m.Lookup(first, nb, segs[:0])
 	}
-	if op.k.atomic {
-		cow, ok := in.atomicCowSegsLocked(segs)
-		for !ok {
-			in.mu.Unlock()
-			if err := in.settleConversions(); err != nil {
-				return nil, err
-			}
-			in.mu.Lock()
-			if m, err = in.extentsLocked(); err != nil {
-				in.mu.Unlock()
-				return nil, err
-			}
-			segs = m.Lookup(first, nb, segs[:0])
-			cow, ok = in.atomicCowSegsLocked(segs)
-		}
-		if len(cow) == 0 {
+	if op.k.atomic || fs.sums != nil {
+		cow := cowSegsLocked(segs)
+		if op.k.atomic && len(cow) == 0 {
 			fs.counters.AtomicWritesInPlace.Add(1)
-		} else {
+		} else if op.k.atomic {
 			fs.counters.AtomicWritesOutOfPlace.Add(1)
+		}
+		if len(cow) > 0 {
+			if nowait && !fs.cow.has(cowBlocks(cow)) {
+				in.mu.Unlock()
+				return nil, fs.nowaitEAGAIN(nwAllocate)
+			}
 			if segs, err = in.planCow(op, segs, cow, off, end); err != nil {
 				in.mu.Unlock()
 				return nil, err

@@ -24,12 +24,13 @@ type envConfig struct {
 	size      int64 // testvol.Config.DeviceBytes; 64 MiB if 0
 	ioUnit    int   // testvol.Config.IOUnit; 512 if 0
 	blockSize int   // testvol.Config.BlockSize; 4096 if 0
+	sums      bool  // testvol.Config.DataChecksums
 	opts      Options
 }
 
 func newEnv(t testing.TB, cfg envConfig) *testEnv {
 	t.Helper()
-	d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.size, IOUnit: cfg.ioUnit, BlockSize: cfg.blockSize})
+	d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.size, IOUnit: cfg.ioUnit, BlockSize: cfg.blockSize, DataChecksums: cfg.sums})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package sluice
 import (
 	"errors"
 	"fmt"
+	"github.com/sluicefs/sluice/checksum"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,7 +38,12 @@ type FS struct {
 	// staging set; cow holds staging blocks allocated ahead (cow.go).
 	shared *refcount.Table
 	cow    cowPool
-	cache  *pagecache.Cache
+	// sums is the data checksum table, nil on a volume without data
+	// checksums (sums.go); sumReported holds the device blocks whose
+	// mismatch was logged.
+	sums        *checksum.Table
+	sumReported sync.Map
+	cache       *pagecache.Cache
 
 	// ns serialises namespace changes (create, link, unlink, rename, ...)
 	// and lets lookups run in parallel with each other. Directory entries
@@ -169,6 +175,9 @@ func OpenVolume(v *volume.Volume, opts *Options) (*FS, error) {
 	fs.commit.nextIno = v.Super.NextIno
 	fs.group.init(fs.syncPoint, o.NoGroupCommit)
 	if err := fs.loadAllocator(); err != nil {
+		return nil, err
+	}
+	if err := fs.loadSums(); err != nil {
 		return nil, err
 	}
 	fs.cache = pagecache.New(pagecache.Options{

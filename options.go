@@ -182,6 +182,15 @@ type Options struct {
 	// NoAtomicWrites refuses RWFAtomic writes with EOPNOTSUPP, and
 	// AtomicWriteLimits reports none. The default value is false.
 	NoAtomicWrites bool
+	// NoVerifyDataChecksums returns data whose checksum does not match
+	// instead of failing the read with EIO (mismatches are still counted
+	// and logged): to salvage what a damaged file holds. It changes
+	// nothing on a volume without data checksums. The default value is
+	// false.
+	NoVerifyDataChecksums bool
+	// Logf receives the problems the file system logs (a data checksum
+	// mismatch, once per block). The default value is log.Printf.
+	Logf func(format string, args ...any)
 	// Device configures the data device when Open opens a volume
 	// directory (backend, buffered fallback). The default value is the zero
 	// volume.DeviceOptions.

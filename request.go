@@ -43,6 +43,11 @@ type kiocb struct {
 	// atomic asks for an untorn write (RWFAtomic), checked by
 	// atomicWriteCheck before any other write path runs.
 	atomic bool
+	// rmw, when set, is what a sub-block direct write on a checksummed
+	// volume writes instead of buf: buf merged into the whole blocks
+	// around it, read first (widenToBlocks), from file offset rmwOff. The size published and the count returned stay buf's.
+	rmw    []byte
+	rmwOff int64
 	// done, when set, makes the request asynchronous: a path may return
 	// errQueued and call done exactly once later, from any goroutine.
 	done func(n int, err error)
@@ -64,9 +69,12 @@ type ioBatch struct {
 	err     error // the first error: set under errMu, read by the last done
 	reqs    []device.Request
 	inline  [2]device.Request
-	doneFn  func(*device.Request, error) // b.done, bound once
-	owner   batchOwner
-	finish  func(err error)
+	// verify holds the reads to check against their data checksums once
+	// every request has completed (addRead, on a checksummed volume).
+	verify []sumCheck
+	doneFn func(*device.Request, error) // b.done, bound once
+	owner  batchOwner
+	finish func(err error)
 }
 
 // batchOwner is told when a batch completes.
@@ -91,11 +99,53 @@ func (b *ioBatch) reset() {
 	clear(b.inline[:])
 	b.reqs = b.inline[:0]
 	b.err = nil
+	clear(b.verify)
+	b.verify = b.verify[:0]
 }
 
-// add appends a request for later submission.
+// add appends a request for later submission. A data write on a
+// checksummed volume records the checksums of the blocks it writes.
 func (b *ioBatch) add(op device.Op, buf []byte, off int64) {
+	if op == device.OpWrite && b.fs.sums != nil {
+		b.fs.setSums(buf, off)
+	}
 	b.reqs = append(b.reqs, device.Request{Op: op, Buf: buf, Off: off})
+}
+
+// addRead appends a read of file data into part from device offset devOff
+// (file offset fileOff of in). On a checksummed volume it reads the whole
+// blocks part lies in (through a bounce buffer unless part is exactly
+// those blocks) and verifies them when the batch completes.
+func (b *ioBatch) addRead(in *inode, fileOff int64, part []byte, devOff int64) {
+	fs := b.fs
+	if fs.sums == nil {
+		b.add(device.OpRead, part, devOff)
+		return
+	}
+	bs := fs.blockSize
+	lo, hi := roundDown(devOff, bs), roundUp(devOff+int64(len(part)), bs)
+	c := sumCheck{in: in, fileOff: fileOff - (devOff - lo), dev: uint64(lo / bs)}
+	if lo == devOff && hi == devOff+int64(len(part)) {
+		c.buf = part
+	} else {
+		c.buf, c.out, c.from = device.AlignedBuf(int(hi-lo)), part, devOff-lo
+	}
+	b.add(device.OpRead, c.buf, lo)
+	b.verify = append(b.verify, c)
+}
+
+// checkSums verifies the batch's checked reads and copies the bounced
+// ones out, once every request has completed without error.
+func (b *ioBatch) checkSums() error {
+	for _, c := range b.verify {
+		if err := b.fs.verifySums(c.in, c.fileOff, c.dev, c.buf); err != nil {
+			return err
+		}
+		if c.out != nil {
+			copy(c.out, c.buf[c.from:])
+		}
+	}
+	return nil
 }
 
 // submit starts every request; completion is reported once all have
@@ -124,6 +174,9 @@ func (b *ioBatch) done(_ *device.Request, err error) {
 		// Every other request's done has stored its error (under errMu)
 		// before its decrement, which this one observed.
 		err := eio(b.err)
+		if err == nil && len(b.verify) > 0 {
+			err = b.checkSums()
+		}
 		if b.owner != nil {
 			b.owner.batchDone(err)
 		} else {

@@ -99,7 +99,7 @@ func (in *inode) write(k *kiocb) (int, error) {
 		if err := clampToMaxSize(k); err != nil {
 			return 0, err
 		}
-	} else if len(k.buf) > 0 && in.fs.policy.ParallelAppends {
+	} else if len(k.buf) > 0 && in.fs.policy.ParallelAppends && in.fs.sums == nil {
 		return in.appendWrite(k)
 	}
 	if k.direct {

@@ -286,6 +286,9 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 		// nothing to write in: a run claims its blocks before a clone
 		// that writes some of them back and shares them.
 		for _, s := range in.sharedSegsLocked(blk, n) {
+			if fs.sums != nil {
+				break // written out of place (writebackCow)
+			}
 			lo, hi := int64(s.FileBlock-blk)*bs, int64(s.End()-blk)*bs
 			for _, d := range dirty {
 				if err == nil && d.lo < hi && d.hi > lo {
@@ -301,6 +304,7 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 	}
 	b := newBatch(fs)
 	var conv []fileRange
+	var cow []cowRange
 	for _, sg := range segs {
 		lo, hi := int64(sg.FileBlock-blk)*bs, int64(sg.FileBlock-blk+sg.Len)*bs
 		dev := int64(sg.DevBlock) * bs
@@ -311,7 +315,14 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 			conv = append(conv, fileRange{sg.FileBlock, sg.Len})
 			continue
 		}
-		if err := in.planWritten(b, bounce, blk, lo, hi, dev, covered, dirty); err != nil {
+		var err error
+		if fs.sums != nil {
+			cow, err = in.writebackCow(b, bounce, blk, sg, covered, dirty, cow)
+		} else {
+			err = in.planWritten(b, bounce, blk, lo, hi, dev, covered, dirty)
+		}
+		if err != nil {
+			fs.returnStaging(cow)
 			release(err)
 			return err
 		}
@@ -321,11 +332,14 @@ func (in *inode) writebackRun(blk, n uint64, done func(error)) error {
 		return nil
 	}
 	b.finish = func(err error) {
-		if err != nil || len(conv) == 0 {
+		if err != nil && len(cow) > 0 {
+			fs.returnStaging(cow) // the staging blocks hold nothing of ours
+		}
+		if err != nil || len(conv) == 0 && len(cow) == 0 {
 			release(err)
 			return
 		}
-		go func() { release(in.convertWrittenBack(conv)) }()
+		go func() { release(in.convertWrittenBack(conv, cow)) }()
 	}
 	b.submit()
 	return nil
@@ -386,6 +400,60 @@ func (in *inode) planWritten(b *ioBatch, bounce []byte, blk uint64, lo, hi, dev 
 		c = e
 	}
 	return nil
+}
+
+// writebackCow adds to b the writes of the blocks of the written segment
+// sg (of the run from file block blk) that hold dirty bytes, on a
+// checksummed volume: whole blocks, never in place (sums.go). A block the
+// cached valid bytes do not cover is read first (verified) and the cached
+// bytes laid over it; each goes to a staging block, remapped at completion
+// (appended to cow, which it returns).
+func (in *inode) writebackCow(b *ioBatch, bounce []byte, blk uint64, sg extmap.Segment, covered, dirty []span, cow []cowRange) ([]cowRange, error) {
+	fs := in.fs
+	bs := fs.blockSize
+	var runs []fileRange // runs of blocks with dirty bytes
+	for fb := sg.FileBlock; fb < sg.End(); fb++ {
+		lo, hi := int64(fb-blk)*bs, int64(fb-blk+1)*bs
+		isDirty := false
+		for _, d := range dirty {
+			isDirty = isDirty || d.lo < hi && d.hi > lo
+		}
+		if !isDirty {
+			continue
+		}
+		if !spansCover(covered, lo, hi) {
+			tmp := device.AlignedBuf(int(bs))
+			if err := in.readVerified(tmp, sg.DevBlock+(fb-sg.FileBlock), int64(fb)*bs); err != nil {
+				return cow, err
+			}
+			for _, s := range covered {
+				if a, z := max(s.lo, lo), min(s.hi, hi); a < z {
+					copy(tmp[a-lo:z-lo], bounce[a:z])
+				}
+			}
+			copy(bounce[lo:hi], tmp)
+			fs.counters.SumRewrites.Add(1)
+		}
+		if n := len(runs); n > 0 && runs[n-1].first+runs[n-1].n == fb {
+			runs[n-1].n++
+		} else {
+			runs = append(runs, fileRange{fb, 1})
+		}
+	}
+	for _, r := range runs {
+		stage, err := fs.takeStaging(r.n, sg.DevBlock)
+		if err != nil {
+			return cow, err
+		}
+		fb := r.first
+		for _, st := range stage {
+			lo := int64(fb-blk) * bs
+			b.add(device.OpWrite, bounce[lo:lo+int64(st.Len)*bs], int64(st.Start)*bs)
+			cow = append(cow, cowRange{fb: fb, n: st.Len, dev: st.Start})
+			fb += st.Len
+		}
+	}
+	return cow, nil
 }
 
 // spansCover reports whether the union of ss covers [lo, hi).

@@ -54,6 +54,9 @@ func (in *inode) zeroEOFTail(size int64) error {
 // pages.
 func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err error) {
 	fs := in.fs
+	if fs.sums != nil && from < to {
+		return in.rewriteBlock(blk, func(b []byte) { clear(b[from:to]) })
+	}
 	if from < to {
 		if err := in.unshareLocked(blk, 1); err != nil {
 			return false, err
