@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -8,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/device/faultdev"
 	"github.com/sluicefs/sluice/device/memdev"
 )
 
@@ -51,8 +54,8 @@ func (c CaseConfig) String() string {
 	if c.Env.Etcd != nil {
 		metaKV = "etcd"
 	}
-	return fmt.Sprintf("seed=%d workers=%d ops=%d generations=%d points=%d block=%d iounit=%d device=%d meta=%s options={%s}",
-		c.Seed, c.Workers, c.Ops, c.Generations, c.Points, c.Env.BlockSize, c.Env.IOUnit, c.Env.DeviceBytes, metaKV, o.String())
+	return fmt.Sprintf("seed=%d workers=%d ops=%d generations=%d points=%d block=%d iounit=%d device=%d sums=%t meta=%s options={%s}",
+		c.Seed, c.Workers, c.Ops, c.Generations, c.Points, c.Env.BlockSize, c.Env.IOUnit, c.Env.DeviceBytes, c.Env.DataChecksums, metaKV, o.String())
 }
 
 func (c *CaseConfig) ensureDefaults() {
@@ -96,6 +99,9 @@ func DeriveConfig(seed uint64, concurrentPct int) CaseConfig {
 		// A small cache: writeback under pressure, in the background.
 		c.Env.Options.CacheSizeBytes = 2 << 20
 	}
+	// A third of the cases whose blocks allow it checksum their data:
+	// a false mismatch fails a read, which the checks report.
+	c.Env.DataChecksums = c.Env.BlockSize <= 4096 && rng.IntN(3) == 0
 	c.ensureDefaults()
 	return c
 }
@@ -350,6 +356,58 @@ func finalCheck(env *Env) error {
 	if len(r.Problems) > 0 {
 		return fmt.Errorf("final Check (no crash) found problems: %v", r.Problems)
 	}
+	c := env.FS.Counters()
+	if c["SumMismatches"] != int64(env.corruptions) || c["SumPartialWrites"] != 0 {
+		return fmt.Errorf("%d data checksum mismatches where %d corruptions were injected (a false positive), %d partial-block writes on a checksummed volume",
+			c["SumMismatches"], env.corruptions, c["SumPartialWrites"])
+	}
+	return nil
+}
+
+// corruptionProbe checks, on a recovered checksummed volume, that a block
+// corrupted as it is read is caught: a bit flipped in the read of the
+// first written block of the first file (of paths, in order) that has one
+// fails the read with EIO, and the same read without the corruption
+// returns data. It counts the corruption in env.corruptions and stats.
+func corruptionProbe(env *Env, paths []string, stats *Stats) []Problem {
+	fs := env.FS
+	bs := int64(env.Vol.Header.BlockSize)
+	for _, p := range paths {
+		f, err := fs.OpenFile(p, sluice.O_RDONLY|sluice.O_DIRECT, 0)
+		if err != nil {
+			continue // a directory, or gone
+		}
+		a, err := f.Stat()
+		var exts []sluice.FiemapExtent
+		if err == nil && a.Size > 0 {
+			exts, err = f.Fiemap(0, uint64(a.Size), 0)
+		}
+		if err != nil {
+			f.Close()
+			return []Problem{{"corruption", fmt.Sprintf("%s: %v", p, err)}}
+		}
+		for _, x := range exts {
+			if x.Flags&(sluice.FiemapExtentUnwritten|sluice.FiemapExtentDelalloc) != 0 || int64(x.Logical) >= a.Size {
+				continue
+			}
+			buf := make([]byte, bs)
+			inj := env.Fault.Inject(faultdev.CorruptRange(int64(x.Physical), bs))
+			_, err := f.Pread(buf, int64(x.Logical), 0)
+			inj.Remove()
+			env.corruptions++
+			stats.Corruptions++
+			var probs []Problem
+			if !errors.Is(err, syscall.EIO) {
+				probs = append(probs, Problem{"corruption", fmt.Sprintf("%s offset %d: a read of a corrupted block returned %v, want EIO", p, x.Logical, err)})
+			}
+			if _, err := f.Pread(buf, int64(x.Logical), 0); err != nil {
+				probs = append(probs, Problem{"corruption", fmt.Sprintf("%s offset %d: the read once healed: %v", p, x.Logical, err)})
+			}
+			f.Close()
+			return probs
+		}
+		f.Close()
+	}
 	return nil
 }
 
@@ -539,6 +597,16 @@ func (cp *crashPoint) check(img *Image, exp *expectation) {
 		// Check after the probe only at every other point: it is the
 		// costliest step under -race (Pebble's invariants build).
 		v.probe(cp.probeName, cp.seed%2 == 0)
+	}
+	if len(v.problems) == 0 && next.FS.DataChecksums() {
+		var paths []string
+		for p, e := range v.rec.ns {
+			if !e.dir {
+				paths = append(paths, p)
+			}
+		}
+		slices.Sort(paths)
+		v.problems = append(v.problems, corruptionProbe(next, paths, cp.stats)...)
 	}
 	cp.problems = append(cp.problems, v.problems...)
 	cp.next, cp.rec = next, v.rec

@@ -102,6 +102,10 @@ func runCampaign(t *testing.T, points int, m *EtcdMeta) {
 	if st.AtomicWritesOutOfPlace == 0 && res.Failed == 0 {
 		t.Error("no RWFAtomic write went out of place: the campaign does not test it")
 	}
+	t.Logf("data checksums: %d blocks verified on checksummed volumes (no false mismatch), %d corrupted reads injected, each failed with EIO", st.SumVerifiedBlocks, st.Corruptions)
+	if (st.SumVerifiedBlocks == 0 || st.Corruptions == 0) && res.Failed == 0 {
+		t.Error("no checksummed volume verified a block or caught a corruption: the campaign does not test data checksums")
+	}
 	if st.DataSyncsFlushOnly == 0 && res.Failed == 0 {
 		t.Error("no fdatasync or O_DSYNC write took the flush-only path: the campaign does not test it")
 	}

@@ -31,6 +31,9 @@ type EnvConfig struct {
 	// during a case: durability comes only from the workload's own syncs,
 	// which is what the model follows.
 	Options sluice.Options
+	// DataChecksums formats the volume with data checksums (blocks of
+	// at most 4 KiB). The default value is false.
+	DataChecksums bool
 	// Etcd, when set, keeps the metadata in etcd (EtcdRecKV), each
 	// volume under a prefix of its own, instead of in Pebble on a
 	// crashable in-memory FS (RecKV). The default value is nil: Pebble.
@@ -56,6 +59,9 @@ func (c *EnvConfig) ensureDefaults() {
 	if c.Options.WritebackAge == 0 {
 		c.Options.WritebackAge = time.Hour
 	}
+	if c.Options.Logf == nil {
+		c.Options.Logf = func(string, ...any) {} // mismatches are counted and checked instead
+	}
 }
 
 // Env is a sluice file system on a crashable stack:
@@ -77,6 +83,9 @@ type Env struct {
 	Opts  sluice.Options
 
 	fence *flushFence
+	// corruptions counts the data corruptions corruptionProbe injected:
+	// the checksum mismatches the file system may have counted.
+	corruptions int
 }
 
 // CrashKV is an Env's metadata store: a meta.KV that records its commits,
@@ -107,7 +116,7 @@ func NewEnv(cfg EnvConfig) (*Env, error) {
 			return nil, err
 		}
 	} else {
-		d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.DeviceBytes, IOUnit: cfg.IOUnit, BlockSize: cfg.BlockSize})
+		d, err := testvol.Format(testvol.Config{DeviceBytes: cfg.DeviceBytes, IOUnit: cfg.IOUnit, BlockSize: cfg.BlockSize, DataChecksums: cfg.DataChecksums})
 		if err != nil {
 			return nil, err
 		}

@@ -143,7 +143,7 @@ func (m *EtcdMeta) format(cfg EnvConfig) (*memdev.Device, CrashKV, error) {
 			return nil, err
 		}
 		defer kv.Close()
-		if err := testvol.FormatOn(mem, kv, cfg.BlockSize); err != nil {
+		if err := testvol.FormatOnWith(mem, kv, cfg.BlockSize, cfg.DataChecksums); err != nil {
 			return nil, fmt.Errorf("etcd prefix %q: %w", prefix, err)
 		}
 		if err := kv.MarkReleased(etcdkv.Holder{Mount: "(crashtest mkfs)"}); err != nil {

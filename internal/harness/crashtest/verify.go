@@ -87,6 +87,9 @@ type Stats struct {
 	Clones, CowWrites, CowCopiedBlocks    int64
 	DataSyncsFlushOnly                    int64
 	AtomicWrites, AtomicWritesOutOfPlace  int64
+	// SumVerifiedBlocks adds up the engine's counter; Corruptions counts
+	// the corrupted reads corruptionProbe injected (each caught).
+	SumVerifiedBlocks, Corruptions int64
 }
 
 // add adds o to s.
@@ -106,6 +109,8 @@ func (s *Stats) add(o Stats) {
 	s.DataSyncsFlushOnly += o.DataSyncsFlushOnly
 	s.AtomicWrites += o.AtomicWrites
 	s.AtomicWritesOutOfPlace += o.AtomicWritesOutOfPlace
+	s.SumVerifiedBlocks += o.SumVerifiedBlocks
+	s.Corruptions += o.Corruptions
 }
 
 // addCounters adds the engine's reflink counters of fs.
@@ -117,6 +122,7 @@ func (s *Stats) addCounters(fs *sluice.FS) {
 	s.DataSyncsFlushOnly += c["DataSyncsFlushOnly"]
 	s.AtomicWrites += c["AtomicWrites"]
 	s.AtomicWritesOutOfPlace += c["AtomicWritesOutOfPlace"]
+	s.SumVerifiedBlocks += c["SumVerifiedBlocks"]
 }
 
 func (v *verifier) add(kind, format string, args ...any) {
@@ -651,6 +657,9 @@ func (v *verifier) probe(name string, check bool) {
 	}
 	f.Close()
 	g.Close()
+	if err := fs.ReleaseStagingPool(); err != nil { // the writes' copies-on-write took some ahead
+		v.add("probe", "ReleaseStagingPool: %v", err)
+	}
 	if check {
 		r, err := fs.Check()
 		if err != nil {
