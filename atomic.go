@@ -62,7 +62,13 @@ func (fs *FS) AtomicWriteLimits() AtomicWriteLimits {
 	if fs.opts.NoAtomicWrites {
 		return AtomicWriteLimits{}
 	}
-	return AtomicWriteLimits{UnitMin: fs.blockSize, UnitMax: max(fs.blockSize, atomicWriteMax), SegmentsMax: 1}
+	return AtomicWriteLimitsOf(fs.blockSize)
+}
+
+// AtomicWriteLimitsOf returns the untorn writes a volume of blocks of
+// blockSize bytes takes (sluice stat shows them).
+func AtomicWriteLimitsOf(blockSize int64) AtomicWriteLimits {
+	return AtomicWriteLimits{UnitMin: blockSize, UnitMax: max(blockSize, atomicWriteMax), SegmentsMax: 1}
 }
 
 // atomicWriteCheck applies RWFAtomic's rules before any write path runs,

@@ -35,6 +35,9 @@ type Info struct {
 	// Etcd is the etcd side of a volume in etcd (its members' health, its
 	// owner), when the caller asked for it (EtcdStatus); nil otherwise.
 	Etcd *EtcdStatus `json:"etcd,omitempty"`
+	// DataChecksums says the volume checksums file data (mkfs
+	// --data-checksums).
+	DataChecksums bool `json:"data_checksums"`
 }
 
 // Stat reads the header and counts space and inodes in the metadata.
@@ -50,6 +53,7 @@ func (v *Volume) Stat() (*Info, error) {
 		DataStart:   h.DataStart,
 		TotalBlocks: h.DeviceBytes / uint64(h.BlockSize),
 	}
+	in.DataChecksums = v.Super.Features&meta.FeatureDataChecksums != 0
 	in.DataBlocks = in.TotalBlocks - h.DataStart
 	in.MetaBackend, in.MetaURL = "pebble", v.MetaURL
 	if v.MetaURL != "" {
