@@ -29,6 +29,11 @@ func benchVolume(b *testing.B, pol Policy) (*FS, func()) { return benchVolumeNam
 
 // benchVolumeNamed is benchVolume on the volume SLUICE_BENCH_DIR/name.
 func benchVolumeNamed(b *testing.B, pol Policy, name string) (*FS, func()) {
+	return benchVolumeWith(b, pol, name, volume.MkfsOptions{})
+}
+
+// benchVolumeWith is benchVolumeNamed, the volume made with mo (2 GiB).
+func benchVolumeWith(b *testing.B, pol Policy, name string, mo volume.MkfsOptions) (*FS, func()) {
 	if os.Getenv("SLUICE_BENCH") == "" {
 		b.Skip("set SLUICE_BENCH=1 to run benchmarks on a real volume")
 	}
@@ -38,7 +43,8 @@ func benchVolumeNamed(b *testing.B, pol Policy, name string) (*FS, func()) {
 	}
 	vol := filepath.Join(dir, name)
 	if _, err := os.Stat(vol); err != nil {
-		if err := volume.Mkfs(vol, volume.MkfsOptions{Size: 2 << 30}); err != nil {
+		mo.Size = 2 << 30
+		if err := volume.Mkfs(vol, mo); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -128,7 +128,7 @@ func (b *ioBatch) addRead(in *inode, fileOff int64, part []byte, devOff int64) {
 	if lo == devOff && hi == devOff+int64(len(part)) {
 		c.buf = part
 	} else {
-		c.buf, c.out, c.from = device.AlignedBuf(int(hi-lo)), part, devOff-lo
+		c.buf, c.out, c.from = bounceBlocks(int(hi-lo)), part, devOff-lo
 	}
 	b.add(device.OpRead, c.buf, lo)
 	b.verify = append(b.verify, c)
@@ -143,9 +143,29 @@ func (b *ioBatch) checkSums() error {
 		}
 		if c.out != nil {
 			copy(c.out, c.buf[c.from:])
+			putBounce(c.buf)
 		}
 	}
 	return nil
+}
+
+// bouncePool recycles the one-block bounce buffers of checked reads of
+// part of a block (a 512 B O_DIRECT read reads its whole 4 KiB block).
+var bouncePool = sync.Pool{New: func() any { b := device.AlignedBuf(4096); return &b }}
+
+// bounceBlocks returns an aligned buffer of n bytes, pooled if n is 4096.
+func bounceBlocks(n int) []byte {
+	if n == 4096 {
+		return *bouncePool.Get().(*[]byte)
+	}
+	return device.AlignedBuf(n)
+}
+
+// putBounce gives a bounceBlocks buffer back.
+func putBounce(b []byte) {
+	if len(b) == 4096 {
+		bouncePool.Put(&b)
+	}
 }
 
 // submit starts every request; completion is reported once all have
