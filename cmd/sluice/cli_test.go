@@ -111,6 +111,8 @@ func TestMkfsStatRoundTrip(t *testing.T) {
 		"block size   4096 B (4 KiB)\n",
 		"I/O unit     512 B\n",
 		"device       " + filepath.Join(dir, "data") + ", 8388608 B (8 MiB), sparse image file",
+		"checksums    data: no (sluice mkfs --data-checksums makes a volume with them)\n",
+		"atomic       writes of 4 KiB to 1 MiB, 1 segment (library and ring API; not through FUSE)\n",
 		"blocks       2048 total: header in [0, 1), data in [1, 2048)\n",
 		"data         2047 blocks, 8384512 B (8.0 MiB)\n",
 		"used         0 blocks, 0 B (0.0%)\n",
@@ -130,7 +132,8 @@ func TestMkfsStatRoundTrip(t *testing.T) {
 		"data_blocks": 2047.0, "free_blocks": 2047.0, "used_blocks": 0.0, "free_extents": 1.0,
 		"inodes": 1.0, "orphans": 0.0, "direct_io": true, "used": "0.0%",
 		"data_path": filepath.Join(dir, "data"), "data_bytes": 2047 * 4096.0, "used_bytes": 0.0,
-		"free_bytes": 2047 * 4096.0,
+		"free_bytes": 2047 * 4096.0, "data_checksums": false, "atomic_write_unit_min": 4096.0,
+		"atomic_write_unit_max": float64(1 << 20), "atomic_write_segments_max": 1.0,
 	}
 	for k, v := range want {
 		if j[k] != v {

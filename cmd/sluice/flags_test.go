@@ -73,7 +73,7 @@ func TestHelp(t *testing.T) {
 		wants []string
 	}{
 		{"mkfs", []string{"--size SIZE", `--block-size SIZE`, `(default "4096")`, "--io-unit SIZE", `(default "512")`,
-			"--prealloc", "--data BLOCKDEV", "--force"}},
+			"--prealloc", "--data BLOCKDEV", "--force", "--data-checksums", "(off by default)", "docs/ARCHITECTURE.md, Data checksums"}},
 		{"mount", []string{`--policy POLICY`, `(default "concurrent")`, `--cache-size SIZE`, `(default "256M")`,
 			"--metrics ADDR", "-o, --options OPTS", "--debug", `(default "16G")`, `(default "kernel")`, "(default 128)", "(default 10s)"}},
 		{"umount", []string{"--lazy", "--force", "--timeout DURATION", "(default 1m0s)"}},
@@ -189,6 +189,7 @@ func TestDocumentedInvocations(t *testing.T) {
 		"mount VOL DIR --size 1G -o ro,noatime",
 		"umount DIR --lazy --force --timeout 60s",
 		"mkfs VOL --size 16G --block-size 4096 --io-unit 512 --prealloc --data /dev/X --force",
+		"mkfs VOL --size 16G --data-checksums",
 		"stat VOL --json",
 		"fsck VOL --json",
 		"bench --quick --only W1,W3 --json F --html F --kernel-peers",

@@ -14,12 +14,21 @@ import (
 func newMkfsCommand() *cobra.Command {
 	var f mkfsFlags
 	cmd := &cobra.Command{
-		Use:   "mkfs VOLUME --size SIZE [--data BLOCKDEV] [--meta etcd://HOST:PORT,.../PREFIX --data PATH] [--block-size 4096] [--io-unit 512] [--prealloc] [--force]",
+		Use:   "mkfs VOLUME --size SIZE [--data BLOCKDEV] [--meta etcd://HOST:PORT,.../PREFIX --data PATH] [--block-size 4096] [--io-unit 512] [--data-checksums] [--prealloc] [--force]",
 		Short: "create a volume",
 		Long: `Create the volume directory VOLUME: a data image of --size bytes, sparse unless
 --prealloc (or, with --data, a link to a whole block device), its metadata, and
 its lock file. Sizes are bytes with an optional K, M, G or T suffix (binary
 units; KiB and KB mean the same).
+
+With --data-checksums (off by default) the volume keeps the CRC-32C of every
+file block and verifies every read from the device: a block that does not match
+fails its read with EIO instead of returning what the device corrupted, and
+sluice scrub and sluice fsck find such blocks. It costs every overwrite a new
+block (no block holding data is written twice in place, so that a block and its
+checksum always agree), appends that do not run in parallel, and blocks of at
+most 4 KiB (--block-size 4096 or less); see docs/ARCHITECTURE.md, Data checksums.
+It is chosen at mkfs and cannot be changed later.
 
 With --meta, the metadata goes to etcd under the URL's prefix (which must be
 empty, or --force deletes what it holds) and --data names the data device
@@ -30,6 +39,7 @@ mount, stat and fsck find the metadata. The etcd members must run with
 --max-txn-ops=16384 --max-request-bytes=4194304 (mkfs checks).`,
 		Example: `  sluice mkfs /var/lib/vol --size 16G
   sluice mkfs /var/lib/vol --data /dev/nvme0n1 --block-size 4096 --io-unit 512
+  sluice mkfs /var/lib/vol --size 16G --data-checksums
   sluice mkfs /var/lib/vol --meta etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/sluice/vol1 --data /shared/vol1.img --size 16G`,
 		Args: wantArgs(1, "one VOLUME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -41,6 +51,7 @@ mount, stat and fsck find the metadata. The etcd members must run with
 	fl.StringVar(&f.data, "data", "", "use the block device `BLOCKDEV` instead of an image file VOLUME/data")
 	fl.StringVar(&f.blockSize, "block-size", "4096", "file-system block `SIZE`: a power of two from 512 B to 64 KiB")
 	fl.StringVar(&f.ioUnit, "io-unit", "512", "device I/O unit (`SIZE`): a power of two from 512 B up to the block size")
+	fl.BoolVar(&f.dataChecksums, "data-checksums", false, "checksum every file block (CRC-32C) and verify every read; overwrites go out of place, blocks of at most 4 KiB")
 	fl.BoolVar(&f.prealloc, "prealloc", false, "allocate the whole image up front instead of creating it sparse")
 	fl.BoolVar(&f.force, "force", false, "overwrite an existing volume directory (not one in use), or a block device holding a volume")
 	addEtcdFlags(fl, &f.etcd, true)
@@ -49,9 +60,9 @@ mount, stat and fsck find the metadata. The etcd members must run with
 
 // mkfsFlags are the flags of mkfs.
 type mkfsFlags struct {
-	size, data, blockSize, ioUnit string
-	prealloc, force               bool
-	etcd                          etcdFlags
+	size, data, blockSize, ioUnit  string
+	prealloc, force, dataChecksums bool
+	etcd                           etcdFlags
 }
 
 // Geometry limits the engine relies on (volume.Mkfs checks them too; they
@@ -61,6 +72,10 @@ const (
 	maxBlockSize = 64 << 10
 	minIOUnit    = 512
 	maxIOUnit    = 1 << 20
+	// maxChecksumBlockSize is the largest block size of a volume with data
+	// checksums (a page must hold whole blocks; the engine refuses to open
+	// one with larger blocks).
+	maxChecksumBlockSize = 4096
 )
 
 // runMkfs creates a volume with volume.Mkfs, after checking the flags
@@ -83,7 +98,10 @@ func runMkfs(dir string, f *mkfsFlags, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	o.Prealloc, o.Force, o.Etcd = f.prealloc, f.force, eo
+	if f.dataChecksums && o.BlockSize > maxChecksumBlockSize {
+		return fmt.Errorf("--data-checksums needs a block size of at most 4 KiB, not --block-size %s; pass --block-size 4096 (or less), or omit --data-checksums", f.blockSize)
+	}
+	o.Prealloc, o.Force, o.Etcd, o.DataChecksums = f.prealloc, f.force, eo, f.dataChecksums
 
 	// A failed mkfs must not leave a half-made volume behind that the next
 	// attempt would refuse as "not empty": remove the directory if this
@@ -111,12 +129,15 @@ func runMkfs(dir string, f *mkfsFlags, stdout io.Writer) error {
 	if o.Prealloc {
 		kind = "preallocated image file"
 	}
-	metaAt := ""
+	extra := ""
+	if in.DataChecksums {
+		extra = ", data checksums"
+	}
 	if v.MetaURL != "" {
-		metaAt = ", metadata " + v.MetaURL
+		extra += ", metadata " + v.MetaURL
 	}
 	fmt.Fprintf(stdout, "created volume %s: uuid %s, %s, block size %d B, I/O unit %d B, data %s (%s), %s%s\n",
-		dir, in.UUID, bytesIEC(in.DeviceBytes), in.BlockSize, in.IOUnit, dataDevicePath(dir), kind, ioMode(in), metaAt)
+		dir, in.UUID, bytesIEC(in.DeviceBytes), in.BlockSize, in.IOUnit, dataDevicePath(dir), kind, ioMode(in), extra)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/device/directdev"
 	"github.com/sluicefs/sluice/meta/etcdkv"
 	"github.com/sluicefs/sluice/volume"
@@ -39,13 +40,18 @@ shows each etcd endpoint's health and the host that owns the volume, if any.`,
 }
 
 // statJSON is the --json output of stat: volume.Info plus the byte counts
-// and the data device's path, so that a script need not multiply blocks.
+// and the data device's path, so that a script need not multiply blocks,
+// and the untorn writes the volume takes (sluice.AtomicWriteLimitsOf; the
+// library and the ring take them, a FUSE mount does not).
 type statJSON struct {
 	*volume.Info
-	DataPath  string `json:"data_path"`
-	DataBytes uint64 `json:"data_bytes"`
-	UsedBytes uint64 `json:"used_bytes"`
-	FreeBytes uint64 `json:"free_bytes"`
+	DataPath               string `json:"data_path"`
+	DataBytes              uint64 `json:"data_bytes"`
+	UsedBytes              uint64 `json:"used_bytes"`
+	FreeBytes              uint64 `json:"free_bytes"`
+	AtomicWriteUnitMin     int64  `json:"atomic_write_unit_min"`
+	AtomicWriteUnitMax     int64  `json:"atomic_write_unit_max"`
+	AtomicWriteSegmentsMax int64  `json:"atomic_write_segments_max"`
 }
 
 // runStat opens the volume read-only and prints its header and space
@@ -65,12 +71,16 @@ func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
 	}
 	describeDevice(v, in)
 	bs := uint64(in.BlockSize)
+	aw := sluice.AtomicWriteLimitsOf(int64(in.BlockSize))
 	out := statJSON{
-		Info:      in,
-		DataPath:  dataDevicePath(dir),
-		DataBytes: in.DataBlocks * bs,
-		UsedBytes: in.UsedBlocks * bs,
-		FreeBytes: in.FreeBlocks * bs,
+		Info:                   in,
+		DataPath:               dataDevicePath(dir),
+		DataBytes:              in.DataBlocks * bs,
+		UsedBytes:              in.UsedBlocks * bs,
+		FreeBytes:              in.FreeBlocks * bs,
+		AtomicWriteUnitMin:     aw.UnitMin,
+		AtomicWriteUnitMax:     aw.UnitMax,
+		AtomicWriteSegmentsMax: aw.SegmentsMax,
 	}
 	if asJSON {
 		enc := json.NewEncoder(stdout)
@@ -87,6 +97,13 @@ func runStat(dir string, asJSON bool, ef *etcdFlags, stdout io.Writer) error {
 	line("I/O unit", "%s", bytesIEC(uint64(in.IOUnit)))
 	line("device", "%s, %s, %s", out.DataPath, bytesIEC(in.DeviceBytes), deviceKind(dir))
 	line("I/O", "%s", ioMode(in))
+	if in.DataChecksums {
+		line("checksums", "data: yes (CRC-32C of every file block, verified on every read; sluice scrub checks them all)")
+	} else {
+		line("checksums", "data: no (sluice mkfs --data-checksums makes a volume with them)")
+	}
+	line("atomic", "writes of %s to %s, %d %s (library and ring API; not through FUSE)",
+		unitsIEC(uint64(aw.UnitMin)), unitsIEC(uint64(aw.UnitMax)), aw.SegmentsMax, pickPlural(int(aw.SegmentsMax), "segment", "segments"))
 	if in.MetaURL != "" {
 		line("metadata", "etcd %s", in.MetaURL)
 		for _, ep := range in.Etcd.Endpoints {
