@@ -845,3 +845,38 @@ func (in *inode) dioBegin() {
 	in.dio.Begin()
 	storeMax(&in.fs.counters.MaxDirectInFlightFile, int64(in.dio.InFlight()))
 }
+
+// widenToBlocks prepares a sub-block direct write for a checksummed
+// volume: k.rmw becomes the whole blocks the write touches, the caller's
+// bytes merged into what they hold (read and verified; holes and
+// unwritten blocks read as zeros), for planWrite to write out of place.
+// The range's cached pages are written back first, so the blocks read
+// hold their dirty bytes (submitDirectWrite drops the pages after).
+//
+// Preconditions: in.io is held exclusive and direct I/O is drained.
+func (in *inode) widenToBlocks(k *kiocb) error {
+	fs := in.fs
+	end := k.off + int64(len(k.buf))
+	lo, hi := in.wholeBlocks(k.off, end)
+	if err := in.writebackRange(lo, hi, false); err != nil {
+		return err
+	}
+	buf := device.AlignedBuf(int(hi - lo))
+	bs := fs.blockSize
+	edges := []int64{lo}
+	if hi-bs != lo {
+		edges = append(edges, hi-bs)
+	}
+	for _, e := range edges {
+		if e >= k.off && e+bs <= end {
+			continue // the caller's bytes cover it
+		}
+		if err := in.readBlockInto(buf[e-lo:e-lo+bs], e); err != nil {
+			return err
+		}
+	}
+	copy(buf[k.off-lo:], k.buf)
+	k.rmw, k.rmwOff = buf, lo
+	fs.counters.SumRewrites.Add(1)
+	return nil
+}

@@ -107,7 +107,8 @@
 //	Cache       the page cache's mutex
 //	Leaf        short sections that take nothing: FS.dirty.mu, FS.files.mu,
 //	            in-flight counters, group-sync state, error slots, the I/O
-//	            lock's and DIO counter's internals
+//	            lock's and DIO counter's internals, the copy-on-write pool,
+//	            the data checksum table (checksum.Table)
 //
 // Waits are checked too (lockrank.Wait): waiting for a page to be unlocked
 // counts as taking that page's lock; waiting for direct I/O to drain, for
@@ -142,6 +143,7 @@
 //	namespace.go        inode-number namespace calls (Lookup, CreateIno, RenameIno, ...)
 //	attr.go xattr.go    attributes (Getattr, Setattr) and extended attributes
 //	orphan.go check.go  freeing unlinked inodes, orphan recovery; the consistency check
+//	scrub.go            Scrub: every written block read and verified against its data checksum
 //	rw.go               entry: pread/pwrite build a kiocb; inode.read/write dispatch it
 //	appends.go          path: parallel appends (reserve, write direct or buffered, publish in order)
 //	dio.go              path: direct read and write (directRead, directWrite, finishDirectWrite)
@@ -158,6 +160,8 @@
 //	allocate.go         mechanism: block allocation, delayed-allocation reservations
 //	convert.go          mechanism: unwritten to written (convertWritten; convGroup shares one commit among completions)
 //	cow.go              mechanism: copy-on-write of shared blocks (staging, planCow's pool, unshareLocked)
+//	atomic.go           mechanism: untorn writes (RWFAtomic: every written block out of place)
+//	sums.go             mechanism: data checksums (set on write, verified on read: setSums, verifySums, readVerified)
 //	readbeforewrite.go  mechanism: the read-before-write rule (readBeforeWrite)
 //	unitpages.go        mechanism: the neighbour pages a whole-unit read fills
 //	lockio.go           mechanism: lockIO, drain, nowaitEAGAIN

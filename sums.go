@@ -119,41 +119,6 @@ func (in *inode) readVerified(buf []byte, dev uint64, fileOff int64) error {
 	return fs.verifySums(in, fileOff, dev, buf)
 }
 
-// widenToBlocks prepares a sub-block direct write for a checksummed
-// volume: k.rmw becomes the whole blocks the write touches, the caller's
-// bytes merged into what they hold (read and verified; holes and
-// unwritten blocks read as zeros), for planWrite to write out of place.
-// The range's cached pages are written back first, so the blocks read
-// hold their dirty bytes (submitDirectWrite drops the pages after).
-//
-// Preconditions: in.io is held exclusive and direct I/O is drained.
-func (in *inode) widenToBlocks(k *kiocb) error {
-	fs := in.fs
-	end := k.off + int64(len(k.buf))
-	lo, hi := in.wholeBlocks(k.off, end)
-	if err := in.writebackRange(lo, hi, false); err != nil {
-		return err
-	}
-	buf := device.AlignedBuf(int(hi - lo))
-	bs := fs.blockSize
-	edges := []int64{lo}
-	if hi-bs != lo {
-		edges = append(edges, hi-bs)
-	}
-	for _, e := range edges {
-		if e >= k.off && e+bs <= end {
-			continue // the caller's bytes cover it
-		}
-		if err := in.readBlockInto(buf[e-lo:e-lo+bs], e); err != nil {
-			return err
-		}
-	}
-	copy(buf[k.off-lo:], k.buf)
-	k.rmw, k.rmwOff = buf, lo
-	fs.counters.SumRewrites.Add(1)
-	return nil
-}
-
 // readBlockInto reads the file block at file offset pos into buf (one
 // block): zeros for a hole or an unwritten block, else the device's bytes,
 // verified.
@@ -172,45 +137,4 @@ func (in *inode) readBlockInto(buf []byte, pos int64) error {
 		return nil
 	}
 	return in.readVerified(buf, s.DevBlock, pos)
-}
-
-// rewriteBlock changes file block blk out of place, for a checksummed
-// volume: if it is written, its bytes are read (verified), modify changes
-// them, and they go to a staging block, remapped as a copy-on-write is
-// (persisted at the next sync point); a hole or an unwritten block is
-// left alone (it reads as zeros). It reports whether it wrote.
-//
-// Preconditions: in.io is held exclusive, direct I/O is drained, and the
-// block has no cached pages.
-func (in *inode) rewriteBlock(blk uint64, modify func([]byte)) (bool, error) {
-	fs := in.fs
-	bs := fs.blockSize
-	in.mu.Lock()
-	m, err := in.extentsLocked()
-	if err != nil {
-		in.mu.Unlock()
-		return false, err
-	}
-	s := m.Lookup(blk, 1, nil)[0]
-	in.mu.Unlock()
-	if s.Hole || s.State != meta.Written {
-		return false, nil
-	}
-	buf := device.AlignedBuf(int(bs))
-	if err := in.readVerified(buf, s.DevBlock, int64(blk)*bs); err != nil {
-		return false, err
-	}
-	modify(buf)
-	stage, err := fs.takeStaging(1, s.DevBlock)
-	if err != nil {
-		return false, err
-	}
-	b := newBatch(fs)
-	b.add(device.OpWrite, buf, int64(stage[0].Start)*bs)
-	if err := b.run(); err != nil {
-		fs.cow.put(stage)
-		return false, eio(err)
-	}
-	fs.counters.SumRewrites.Add(1)
-	return true, in.convertWritten(nil, []cowRange{{fb: blk, n: 1, dev: stage[0].Start}}, 0, false)
 }

@@ -86,3 +86,44 @@ func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err err
 	clear(buf[from-lo : to-lo])
 	return true, eio(device.WriteAt(fs.dev, buf, dev))
 }
+
+// rewriteBlock changes file block blk out of place, for a checksummed
+// volume: if it is written, its bytes are read (verified), modify changes
+// them, and they go to a staging block, remapped as a copy-on-write is
+// (persisted at the next sync point); a hole or an unwritten block is
+// left alone (it reads as zeros). It reports whether it wrote.
+//
+// Preconditions: in.io is held exclusive, direct I/O is drained, and the
+// block has no cached pages.
+func (in *inode) rewriteBlock(blk uint64, modify func([]byte)) (bool, error) {
+	fs := in.fs
+	bs := fs.blockSize
+	in.mu.Lock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		in.mu.Unlock()
+		return false, err
+	}
+	s := m.Lookup(blk, 1, nil)[0]
+	in.mu.Unlock()
+	if s.Hole || s.State != meta.Written {
+		return false, nil
+	}
+	buf := device.AlignedBuf(int(bs))
+	if err := in.readVerified(buf, s.DevBlock, int64(blk)*bs); err != nil {
+		return false, err
+	}
+	modify(buf)
+	stage, err := fs.takeStaging(1, s.DevBlock)
+	if err != nil {
+		return false, err
+	}
+	b := newBatch(fs)
+	b.add(device.OpWrite, buf, int64(stage[0].Start)*bs)
+	if err := b.run(); err != nil {
+		fs.cow.put(stage)
+		return false, eio(err)
+	}
+	fs.counters.SumRewrites.Add(1)
+	return true, in.convertWritten(nil, []cowRange{{fb: blk, n: 1, dev: stage[0].Start}}, 0, false)
+}
