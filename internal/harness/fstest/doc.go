@@ -14,13 +14,16 @@
 //     through the engine's path API (NewEngine). It can be remounted.
 //   - Host: a directory of the host kernel, through golang.org/x/sys/unix
 //     *at calls and ioctls on a descriptor of the root: the oracle
-//     (NewHost). A FUSE test can aim it at a sluice mount point.
+//     (NewHost). A FUSE test can aim it at a sluice mount point, leaving
+//     out untorn writes: FUSE passes no RWF_ATOMIC (the kernel answers
+//     EOPNOTSUPP).
 //   - Model: maps and byte slices that do what Linux does, in Linux's
 //     order of error checks, for the calls the random sequences make (no
 //     symlinks, xattrs or SEEK_DATA/SEEK_HOLE). The reflink calls are byte
 //     copies and swaps with XFS's argument rules; exchange-range's
 //     FILE1_WRITTEN, which depends on where blocks are written, is not
-//     modelled.
+//     modelled. An untorn write is sluice's argument checks for its block
+//     size (Model.AtomicUnitMin, AtomicUnitMax), then a plain write.
 //
 // Ops (Op, OpKind) are calls with their arguments; a Runner applies them
 // to one Target, keeping open handles in numbered slots, and returns a
@@ -40,6 +43,17 @@
 // Off2 are the other file's. OpFallocate also takes COLLAPSE_RANGE,
 // INSERT_RANGE and UNSHARE_RANGE.
 //
+// OpPwriteAtomic is an untorn write, pwritev2(2) with RWF_ATOMIC and one
+// buffer (Handle.PwriteAtomic: the engine's File.Pwrite with
+// sluice.RWFAtomic, the host's unix.Pwritev2 with unix.RWF_ATOMIC). Its
+// rules are Linux 6.18's, in their order: EBADF; nothing for a zero
+// length (sluice says EINVAL: TestAtomicZeroLength); EINVAL for a length outside [unit min, unit max] (a block to
+// 1 MiB on sluice and on the XFS oracle), then for one that is not a
+// power of two, then for an offset not aligned to the length; EOPNOTSUPP
+// without O_DIRECT. Without a crash it does what a write does. sluice
+// refuses appends (EINVAL, after the length checks); XFS checks the
+// alignment of the offset passed rather than EOF's and appends.
+//
 // # Tests
 //
 // TestPOSIX is a table of cases (posixCases): setup ops, the call under
@@ -47,8 +61,14 @@
 // Each case runs on a fresh engine and on a fresh t.TempDir() of the host;
 // the transcripts, including the final tree, must be equal. The cases of
 // the reflink calls (reflinkCases: the rows of the 6.18 XFS probe tables,
-// then copy-on-write through each write path) run their host side on
-// XFS instead (see "The XFS oracle").
+// then copy-on-write through each write path) and of untorn writes
+// (atomicCases: each argument check, then atomic writes over data, holes,
+// unwritten extents, cached pages and shared blocks, past EOF, with
+// writes, punches, truncates and clones after) run their host side on
+// XFS instead (see "The XFS oracle"); the atomic appends XFS takes (and
+// the buffered one it refuses with EOPNOTSUPP) check the engine's errno
+// only. TestAtomicCasesOnModel runs the atomic cases
+// on the model too.
 //
 // TestMetamorphic generates seeded random sequences (Generate) with the
 // model in lockstep, so that operations mostly hit existing names and open
@@ -71,10 +91,15 @@
 //
 // Three sequences in four also make reflink calls (about 6% of their
 // operations: GenConfig.ReflinkPerMille), between files and within one,
-// with the model in lockstep, so that copy-on-write meets every write
-// path the sequences take; their host is the XFS of the engine's block
-// size where there is one. The fourth keep the older mix and run on
-// ext4.
+// and untorn writes (a quarter of the positioned writes where an O_DIRECT
+// handle without O_APPEND takes them, a few a sequence:
+// GenConfig.AtomicPct; mostly valid, an eighth breaking a rule), with the
+// model in lockstep, so that copy-on-write and atomic writes meet every
+// write path, truncate, punch and reflink call the sequences make; their
+// host is the XFS of the engine's block size where there is one (64 KiB
+// blocks have none: their atomic writes, of 64 KiB and more, are compared
+// with the model only). The fourth keep the older mix and run on ext4,
+// which has no RWF_ATOMIC without hardware support.
 // TestMetamorphicClones runs a dozen more, shorter, with a third of their
 // operations reflink calls.
 //
@@ -91,6 +116,13 @@
 // as do the reflink sequences of 64 KiB-block geometries: XFS blocks
 // larger than pages are experimental (Linux 6.12) and can fail with
 // ENOMEM.
+//
+// Untorn writes need no feature bit: XFS (Linux 6.16 and later) does
+// them in software, by copy-on-write, on any file system with reflink,
+// and reports a block to 1 MiB (statx STATX_WRITE_ATOMIC) on these
+// images, sluice's limits. A probe checks the limits and one write
+// (probeAtomic); otherwise atomic writes are compared with the model
+// only.
 //
 // XFS_IOC_EXCHANGE_RANGE needs the superblock's EXCHRANGE incompat bit,
 // which xfsprogs 6.1 cannot set (mkfs.xfs -i exchange=1 came with 6.10):
@@ -114,7 +146,9 @@
 // over a delayed allocation its flush left (EINVAL), after which a
 // sequence's host is no longer compared (xfsArtifact); and XFS refuses to
 // rename over a non-empty directory with EEXIST, which Host reports as
-// ENOTEMPTY (rename(2) allows both).
+// ENOTEMPTY (rename(2) allows both); XFS appends with RWF_ATOMIC (see
+// above) where sluice refuses, so the sequences make no atomic write on
+// an O_APPEND handle.
 //
 // # Known bugs
 //
@@ -122,7 +156,9 @@
 // as B1, B2, .... A POSIX case marked with bug: "Bn" logs its difference
 // instead of failing, and fails once the difference is gone so that the
 // mark goes with the fix; the metamorphic generator steers around the
-// entries of metamorphicKnownBugs.
+// entries of metamorphicKnownBugs. Tests that reproduce a bug not yet
+// filed skip while the engine differs (TestAtomicZeroLength,
+// TestExchangeToEOFWithinOneFile).
 //
 // # Scope
 //

@@ -272,6 +272,9 @@ func (h engineHandle) Pread(p []byte, off int64) (int, error) { return h.f.Pread
 func (h engineHandle) Pwrite(p []byte, off int64) (int, error) {
 	return h.f.Pwrite(p, off, 0)
 }
+func (h engineHandle) PwriteAtomic(p []byte, off int64) (int, error) {
+	return h.f.Pwrite(p, off, sluice.RWFAtomic)
+}
 
 func (h engineHandle) Read(p []byte) (int, error) {
 	n, err := h.f.Read(p)

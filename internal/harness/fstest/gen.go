@@ -38,6 +38,17 @@ type GenConfig struct {
 	// UNSHARE_RANGE). The default value is 0: none, and a seed gives the
 	// sequence it gave before these calls were generated.
 	ReflinkPerMille int
+	// AtomicPct is the share, in percent, of positioned writes that are
+	// untorn (OpPwriteAtomic, RWF_ATOMIC) when a handle open O_DIRECT
+	// without O_APPEND is there to take them (one in ten goes to a
+	// buffered handle: EOPNOTSUPP). Most follow the rules (a power of two
+	// from the model's AtomicUnitMin, at an offset aligned to it, within
+	// the file, at its EOF or past it), so that they overwrite, fill holes
+	// and extend files the other operations write, truncate and punch;
+	// one in eight breaks one (EINVAL). The default value is 0: none, and
+	// a seed gives the sequence it gave before atomic writes were
+	// generated.
+	AtomicPct int
 	// Skip, if set, is asked about every candidate operation with the model
 	// in the state the operation would see; a non-empty answer (the ID of a
 	// known engine bug it would trigger) drops the candidate, and Generate
@@ -107,7 +118,7 @@ func (g *Generator) noteSync(op Op, res Result) {
 	}
 	h := g.slot(op.Slot)
 	switch op.Kind {
-	case OpPwrite, OpWrite:
+	case OpPwrite, OpWrite, OpPwriteAtomic:
 		if h != nil && h.flags&syscall.O_DIRECT == 0 && res.N > 0 {
 			g.unsynced[h.n] = true
 		}
@@ -343,6 +354,11 @@ func (g *Generator) next() Op {
 	case r < 160:
 		return Op{Kind: OpClose, Slot: g.openSlot(nil)}
 	case r < 340:
+		if g.cfg.AtomicPct > 0 && g.chance(g.cfg.AtomicPct) {
+			if op, ok := g.genAtomicWrite(seed); ok {
+				return op
+			}
+		}
 		s := g.openSlot(func(h *modelHandle) bool { return h.writable() })
 		off, n := g.offset(g.fileSize(s)), g.length()
 		if g.isDirect(s) {
@@ -469,6 +485,76 @@ func (g *Generator) next() Op {
 	default:
 		return Op{Kind: OpRemount}
 	}
+}
+
+// genAtomicWrite returns an untorn write (OpPwriteAtomic) with the bytes
+// of seed, on a handle open O_DIRECT (one in ten times any handle:
+// EOPNOTSUPP for a buffered one), never on one open O_APPEND (sluice
+// refuses those with EINVAL where XFS, the host, appends). Its length is
+// a power of two from the model's AtomicUnitMin, doubled while it stays
+// within MaxIOBytes half of the time, now and then AtomicUnitMax; its
+// offset a multiple of the length within the file or the unit just past
+// its EOF, sometimes anywhere below MaxFileBytes (past EOF: a hole
+// between). One in eight breaks a rule: a length under the smallest
+// unit, over the largest or not a power of two, or an offset not aligned
+// to the length (all EINVAL). Never a zero length: sluice answers EINVAL
+// where Linux writes nothing (an engine bug, TestAtomicZeroLength). Now
+// and then the slot is any (EBADF if it is closed, never opened or
+// read-only). false if no handle fits.
+func (g *Generator) genAtomicWrite(seed byte) (Op, bool) {
+	want := func(h *modelHandle) bool {
+		return h.writable() && h.n.isReg() && h.flags&(syscall.O_DIRECT|syscall.O_APPEND) == syscall.O_DIRECT
+	}
+	if g.chance(10) {
+		want = func(h *modelHandle) bool { return h.writable() && h.n.isReg() && h.flags&syscall.O_APPEND == 0 }
+	}
+	var c []int
+	for i := range g.cfg.Slots {
+		if h := g.slot(i); h != nil && !h.closed && want(h) {
+			c = append(c, i)
+		}
+	}
+	var s int
+	switch {
+	case g.chance(4):
+		// Any slot: EBADF for one closed, never opened or read-only.
+		s = g.intn(g.cfg.Slots)
+		if h := g.slot(s); h != nil && !h.closed && h.flags&syscall.O_APPEND != 0 {
+			return Op{}, false
+		}
+	case len(c) == 0:
+		return Op{}, false
+	default:
+		s = c[g.intn(len(c))]
+	}
+	lo, hi := g.Model.AtomicUnitMin, g.Model.AtomicUnitMax
+	n := lo
+	for n < hi && 2*n <= g.cfg.MaxIOBytes && g.chance(50) {
+		n *= 2
+	}
+	if g.chance(3) {
+		n = hi
+	}
+	size := g.fileSize(s)
+	var off int64
+	if g.chance(80) {
+		off = g.rng.Int64N((size+n-1)/n+1) * n
+	} else {
+		off = g.rng.Int64N(g.cfg.MaxFileBytes/n+1) * n
+	}
+	if g.chance(12) {
+		switch g.intn(4) {
+		case 0:
+			n = lo / 2
+		case 1:
+			n = 2 * hi
+		case 2:
+			n = 3 * lo
+		default:
+			off += n / 2
+		}
+	}
+	return Op{Kind: OpPwriteAtomic, Slot: s, Off: off, Len: n, Seed: seed}, true
 }
 
 // genReflink returns a reflink call or a fallocate that moves or unshares

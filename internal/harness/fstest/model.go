@@ -25,8 +25,16 @@ type Model struct {
 	// BlockSize is the file system's block size: the alignment of the
 	// reflink calls, COLLAPSE_RANGE and INSERT_RANGE.
 	BlockSize int64
-	root      *mnode
-	nextIno   uint64
+	// AtomicUnitMin and AtomicUnitMax bound an untorn write
+	// (PwriteAtomic), as statx's STATX_WRITE_ATOMIC reports them.
+	// NewModel sets sluice's (AtomicWriteLimits): a block and
+	// max(a block, 1 MiB), which on 4 KiB blocks are also the XFS
+	// oracle's (software atomic writes). AtomicUnitMax 0 means none, as
+	// with sluice.Options.NoAtomicWrites.
+	AtomicUnitMin, AtomicUnitMax int64
+
+	root    *mnode
+	nextIno uint64
 }
 
 // mnode is a model inode.
@@ -48,9 +56,14 @@ func (n *mnode) isReg() bool { return n.mode&syscall.S_IFMT == syscall.S_IFREG }
 var _ Target = (*Model)(nil)
 
 // NewModel returns an empty model (a root directory) whose O_DIRECT
-// alignment is directAlign bytes and whose block size is blockSize bytes.
+// alignment is directAlign bytes and whose block size is blockSize bytes,
+// with sluice's atomic write limits for that block size.
 func NewModel(directAlign, blockSize int64) *Model {
-	m := &Model{DirectAlign: directAlign, BlockSize: blockSize, nextIno: 2}
+	m := &Model{
+		DirectAlign: directAlign, BlockSize: blockSize,
+		AtomicUnitMin: blockSize, AtomicUnitMax: max(blockSize, atomicWriteMax),
+		nextIno: 2,
+	}
 	m.root = &mnode{ino: 1, mode: syscall.S_IFDIR | 0o755, nlink: 2, kids: map[string]*mnode{}}
 	return m
 }
@@ -535,6 +548,48 @@ func (h *modelHandle) Pwrite(p []byte, off int64) (int, error) {
 	}
 	n, _, err := h.write(p, off)
 	return n, err
+}
+
+// atomicWriteMax is the largest untorn write of sluice (atomic.go's
+// atomicWriteMax) and of XFS's software atomic writes on the oracle's
+// 512 MiB images.
+const atomicWriteMax = 1 << 20
+
+// PwriteAtomic applies sluice's RWFAtomic rules (atomicWriteCheck), which
+// are those of pwritev2 on Linux 6.18's XFS in their order but for
+// appends, then writes as Pwrite does: EINVAL for a negative offset
+// (do_pwritev), EBADF for a descriptor not open for writing; a zero-length
+// write does nothing (vfs_writev returns before the flags are looked at);
+// EOPNOTSUPP without atomic writes (kiocb_set_rw_flags); EINVAL for a
+// length outside [AtomicUnitMin, AtomicUnitMax] (xfs_file_write_iter),
+// then for one that is not a power of two or an offset not aligned to it
+// (generic_atomic_write_valid); EOPNOTSUPP for a buffered file. An append
+// (O_APPEND) is EINVAL after the length checks: sluice takes none, where
+// XFS checks the alignment of the offset passed (not of EOF, which
+// generic_write_checks substitutes later) and appends.
+func (h *modelHandle) PwriteAtomic(p []byte, off int64) (int, error) {
+	n := int64(len(p))
+	switch {
+	case off < 0:
+		return 0, syscall.EINVAL
+	case h.closed || !h.writable():
+		return 0, syscall.EBADF
+	case n == 0:
+		return 0, nil
+	case h.m.AtomicUnitMax == 0:
+		return 0, syscall.EOPNOTSUPP
+	case n < h.m.AtomicUnitMin || n > h.m.AtomicUnitMax:
+		return 0, syscall.EINVAL
+	case n&(n-1) != 0:
+		return 0, syscall.EINVAL
+	case h.flags&syscall.O_APPEND != 0:
+		return 0, syscall.EINVAL
+	case off%n != 0:
+		return 0, syscall.EINVAL
+	case h.flags&syscall.O_DIRECT == 0:
+		return 0, syscall.EOPNOTSUPP
+	}
+	return h.Pwrite(p, off)
 }
 
 func (h *modelHandle) Read(p []byte) (int, error) {

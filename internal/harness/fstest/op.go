@@ -55,6 +55,9 @@ const (
 	OpCloneRange    // FICLONERANGE: Slot2's [Off2, Off2+Len) into Slot at Off
 	OpDedupeRange   // FIDEDUPERANGE: Slot's [Off, Off+Len) into Slot2 at Off2
 	OpExchangeRange // XFS_IOC_EXCHANGE_RANGE on Slot (file2, at Off) with Slot2 (file1, at Off2), Flags
+	// OpPwriteAtomic is an untorn write: pwritev2(2) with RWF_ATOMIC
+	// (sluice.RWFAtomic), one buffer.
+	OpPwriteAtomic // PwriteAtomic(Len bytes of pattern Seed at Off)
 	numOpKinds
 )
 
@@ -63,7 +66,7 @@ var opNames = [numOpKinds]string{
 	"fsync", "fdatasync", "fstat", "freaddir", "stat", "lstat", "mkdir", "readdir", "unlink",
 	"rmdir", "rename", "link", "symlink", "readlink", "chmod", "chown", "utimes", "truncate",
 	"getxattr", "setxattr", "listxattr", "removexattr", "remount",
-	"clone", "clonerange", "dedupe", "exchange",
+	"clone", "clonerange", "dedupe", "exchange", "pwrite-atomic",
 }
 
 func (k OpKind) String() string {
@@ -116,7 +119,7 @@ func (op Op) String() string {
 		fmt.Fprintf(&b, " h%d", op.Slot)
 	case OpPread:
 		fmt.Fprintf(&b, " h%d off=%d len=%d", op.Slot, op.Off, op.Len)
-	case OpPwrite:
+	case OpPwrite, OpPwriteAtomic:
 		fmt.Fprintf(&b, " h%d off=%d len=%d seed=%d", op.Slot, op.Off, op.Len, op.Seed)
 	case OpRead:
 		fmt.Fprintf(&b, " h%d len=%d", op.Slot, op.Len)
@@ -426,6 +429,7 @@ func (closedHandle) DedupeRange(int64, int64, Handle, int64) (int64, error) {
 func (closedHandle) ExchangeRange(Handle, int64, int64, int64, uint64) error {
 	return syscall.EBADF
 }
+func (closedHandle) PwriteAtomic([]byte, int64) (int, error) { return 0, syscall.EBADF }
 
 // Apply runs op and returns its result. A handle op on a slot never
 // opened sees a closed handle; one on a slot whose handle was closed
@@ -471,12 +475,15 @@ func (r *Runner) Apply(op Op) Result {
 		if err == nil {
 			res.Data = buf[:n]
 		}
-	case OpPwrite, OpWrite:
+	case OpPwrite, OpWrite, OpPwriteAtomic:
 		buf := Pattern(int(op.Len), op.Seed, op.Misalign)
 		var n int
-		if op.Kind == OpPwrite {
+		switch op.Kind {
+		case OpPwrite:
 			n, err = h.Pwrite(buf, op.Off)
-		} else {
+		case OpPwriteAtomic:
+			n, err = h.PwriteAtomic(buf, op.Off)
+		default:
 			n, err = h.Write(buf)
 		}
 		res.N = int64(n)

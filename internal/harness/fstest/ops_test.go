@@ -44,6 +44,9 @@ func preadOp(slot int, off, n int64) Op {
 func pwriteOp(slot int, off, n int64, seed byte) Op {
 	return Op{Kind: OpPwrite, Slot: slot, Off: off, Len: n, Seed: seed}
 }
+func atomicOp(slot int, off, n int64, seed byte) Op {
+	return Op{Kind: OpPwriteAtomic, Slot: slot, Off: off, Len: n, Seed: seed}
+}
 func readOp(slot int, n int64) Op { return Op{Kind: OpRead, Slot: slot, Len: n} }
 func writeOp(slot int, n int64, seed byte) Op {
 	return Op{Kind: OpWrite, Slot: slot, Len: n, Seed: seed}

@@ -519,7 +519,8 @@ func posixCases() []posixCase {
 		{name: "ok/fsync and fdatasync on O_RDONLY", setup: seq(file("f", 100, 1), openOp(0, "f", rdonly)), call: fsyncOp(0), after: seq(fdatasyncOp(0))},
 		{name: "ok/fsync dir handle", setup: seq(mkdirOp("d"), openOp(0, "d", rdonly)), call: fsyncOp(0)},
 	}
-	return append(cases, reflinkCases()...)
+	cases = append(cases, reflinkCases()...)
+	return append(cases, atomicCases()...)
 }
 
 // transcript runs c on t and returns one line per step, then the tree.

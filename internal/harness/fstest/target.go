@@ -70,6 +70,16 @@ type Handle interface {
 	// Pwrite is pwrite(2); on a file opened O_APPEND it appends, as on
 	// Linux.
 	Pwrite(p []byte, off int64) (int, error)
+	// PwriteAtomic is pwritev2(2) with RWF_ATOMIC and p as its one
+	// buffer (sluice.RWFAtomic): an untorn write. It takes a power of two
+	// between the file system's atomic write unit min and max (statx
+	// STATX_WRITE_ATOMIC: a block and 1 MiB on sluice and on the XFS
+	// oracle) at an offset aligned to its length, on an O_DIRECT file.
+	// A negative offset is EINVAL, as for pwrite(2) (pwritev2 would take
+	// -1 for the file position). Without a crash its effect is exactly
+	// Pwrite's. FUSE passes no RWF_ATOMIC: on a FUSE mount it fails with
+	// EOPNOTSUPP.
+	PwriteAtomic(p []byte, off int64) (int, error)
 	// Read and Write use and advance the file position, as read(2) and
 	// write(2); Read returns (0, nil) at end of file.
 	Read(p []byte) (int, error)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The host oracle of the reflink calls is XFS: ext4, the file system of
@@ -30,6 +32,13 @@ import (
 // probe exchange succeeds on the mount is the exchange used as an oracle;
 // if the mount or the probe fails, the file system is made again without
 // the bit and exchanges are compared with the model only.
+//
+// Untorn writes (RWF_ATOMIC) need no feature bit: XFS does them in
+// software, by copy-on-write, on any file system with reflink (Linux
+// 6.16), and statx's STATX_WRITE_ATOMIC reports a block to 1 MiB on these
+// images, sluice's limits. A probe checks the limits and one write
+// (probeAtomic); where it fails, atomic writes are compared with the
+// model only.
 
 // xfsImageBytes is the size of a sparse XFS image. mkfs.xfs 6.1 refuses
 // file systems under 300 MB.
@@ -45,6 +54,9 @@ type xfsVolume struct {
 	loop      string // loop device
 	// exchange says XFS_IOC_EXCHANGE_RANGE works.
 	exchange bool
+	// atomicWhy says why RWF_ATOMIC cannot serve as an oracle (not
+	// supported, or other limits than sluice's), or is empty.
+	atomicWhy string
 	// why says why the volume is not there (mnt is empty) or what it
 	// lacks.
 	why string
@@ -72,6 +84,8 @@ func xfsFor(blockSize int64) *xfsVolume {
 	if err := v.setUp(); err != nil {
 		v.why = err.Error()
 		v.tearDown()
+	} else if err := probeAtomic(v.mnt, blockSize); err != nil {
+		v.atomicWhy = err.Error()
 	}
 	xfsVolumes.byBlockSize[blockSize] = v
 	return v
@@ -247,6 +261,35 @@ func probeExchange(dir string, bs int64) error {
 	return nil
 }
 
+// probeAtomic checks that RWF_ATOMIC works in dir as it does on sluice:
+// statx reports sluice's limits for a file of a file system with
+// blockSize-byte blocks (AtomicWriteLimits: a block to max(a block,
+// 1 MiB), one segment), and an O_DIRECT atomic write of the largest unit
+// succeeds.
+func probeAtomic(dir string, blockSize int64) error {
+	p := filepath.Join(dir, ".probe-atomic")
+	fd, err := unix.Open(p, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_DIRECT|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer os.Remove(p)
+	defer unix.Close(fd)
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_WRITE_ATOMIC, &st); err != nil {
+		return fmt.Errorf("probe: statx: %w", err)
+	}
+	wantMax := max(blockSize, atomicWriteMax)
+	if st.Mask&unix.STATX_WRITE_ATOMIC == 0 || int64(st.Atomic_write_unit_min) != blockSize ||
+		int64(st.Atomic_write_unit_max) != wantMax || st.Atomic_write_segments_max < 1 {
+		return fmt.Errorf("probe: statx reports atomic writes of %d to %d bytes (%d segments), sluice takes %d to %d",
+			st.Atomic_write_unit_min, st.Atomic_write_unit_max, st.Atomic_write_segments_max, blockSize, wantMax)
+	}
+	if _, err := unix.Pwritev2(fd, [][]byte{Pattern(int(wantMax), 1, 0)}, 0, unix.RWF_ATOMIC); err != nil {
+		return fmt.Errorf("probe: an RWF_ATOMIC write of %d bytes: %w", wantMax, err)
+	}
+	return nil
+}
+
 // newXFSHost returns a Host on a fresh directory of v (mode 0755, like the
 // engine's root), removed at the end of the test.
 func newXFSHost(t testing.TB, v *xfsVolume) *Host {
@@ -269,26 +312,29 @@ func newXFSHost(t testing.TB, v *xfsVolume) *Host {
 }
 
 // needsXFS reports whether ops call what ext4 lacks (the reflink calls,
-// UNSHARE_RANGE) or what sluice does as XFS does (COLLAPSE_RANGE,
-// INSERT_RANGE), and whether they exchange ranges.
-func needsXFS(ops []Op) (xfs, exchange bool) {
+// UNSHARE_RANGE, RWF_ATOMIC without hardware support) or what sluice does
+// as XFS does (COLLAPSE_RANGE, INSERT_RANGE), and whether they exchange
+// ranges or write atomically.
+func needsXFS(ops []Op) (xfs, exchange, atomic bool) {
 	for _, op := range ops {
 		switch {
 		case op.Kind == OpExchangeRange:
 			xfs, exchange = true, true
+		case op.Kind == OpPwriteAtomic:
+			xfs, atomic = true, true
 		case op.Kind == OpClone, op.Kind == OpCloneRange, op.Kind == OpDedupeRange,
 			op.Kind == OpFallocate && op.Flags&(0x08|0x20|0x40) != 0:
 			xfs = true
 		}
 	}
-	return xfs, exchange
+	return xfs, exchange, atomic
 }
 
 // hostFor returns the host target for ops on an engine of block size bs:
 // a temporary directory (ext4) if ops need no XFS, else a directory of the
 // XFS with that block size; or nil and why there is none.
 func hostFor(t testing.TB, ops []Op, bs int64) (Target, string) {
-	xfs, exchange := needsXFS(ops)
+	xfs, exchange, atomic := needsXFS(ops)
 	switch {
 	case !xfs:
 		return newTestHost(t), ""
@@ -304,6 +350,8 @@ func hostFor(t testing.TB, ops []Op, bs int64) (Target, string) {
 		return nil, fmt.Sprintf("no XFS with %d B blocks: %s", bs, v.why)
 	case exchange && !v.exchange:
 		return nil, fmt.Sprintf("the XFS with %d B blocks cannot exchange ranges: %s", bs, v.why)
+	case atomic && v.atomicWhy != "":
+		return nil, fmt.Sprintf("the XFS with %d B blocks is no oracle of RWF_ATOMIC: %s", bs, v.atomicWhy)
 	}
 	return newXFSHost(t, v), ""
 }
