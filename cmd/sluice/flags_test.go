@@ -27,7 +27,7 @@ func subcommand(t *testing.T, name string) *cobra.Command {
 	return nil
 }
 
-var commandNames = []string{"mkfs", "mount", "umount", "stat", "fsck", "bench"}
+var commandNames = []string{"mkfs", "mount", "umount", "stat", "fsck", "scrub", "bench"}
 
 // TestHelp: --help (and -h, -help, help CMD) on every command prints its
 // usage and every flag with its default to stdout, and exits 0, whatever
@@ -78,7 +78,9 @@ func TestHelp(t *testing.T) {
 			"--metrics ADDR", "-o, --options OPTS", "--debug", `(default "16G")`, `(default "kernel")`, "(default 128)", "(default 10s)"}},
 		{"umount", []string{"--lazy", "--force", "--timeout DURATION", "(default 1m0s)"}},
 		{"stat", []string{"--json"}},
-		{"fsck", []string{"--json", "0 clean; 1 problems found", "8 the check could not run"}},
+		{"fsck", []string{"--json", "0 clean; 1 problems found", "8 the check could not run", "--no-data", "data-checksum"}},
+		{"scrub", []string{"--json", "--rate RATE", "no limit offline, 64M through a mount", "VOLUME/control",
+			"0 clean (or nothing to verify); 1 damaged blocks found", "8 the scrub could not run"}},
 		{"bench", []string{"--quick", "--only W1,W3", "--json FILE", "--html FILE", "--kernel-peers", "(default: 1s, --quick 250ms)"}},
 	} {
 		_, out, _ := sluiceRun(t, c.name, "--help")
@@ -192,6 +194,9 @@ func TestDocumentedInvocations(t *testing.T) {
 		"mkfs VOL --size 16G --data-checksums",
 		"stat VOL --json",
 		"fsck VOL --json",
+		"fsck VOL --no-data",
+		"scrub VOL",
+		"scrub VOL --json --rate 100M",
 		"bench --quick --only W1,W3 --json F --html F --kernel-peers",
 		"bench --smoke --only W3 --fio none --volume DIR --target DIR --target DIR2 --json - --html F --duration 1s --warmup 0s --reps 2 --no-raw --from F",
 	} {

@@ -5,6 +5,7 @@
 //	sluice umount DIR                 unmount it
 //	sluice stat VOLUME                show the header and space usage
 //	sluice fsck VOLUME                check its consistency
+//	sluice scrub VOLUME               read and verify every written block (online too)
 //	sluice bench                      reproduce the seed experiments
 //	sluice completion bash|zsh|fish   print a shell completion script
 //
@@ -15,8 +16,9 @@
 // command used before accepted them (goStyleFlags).
 //
 // Exit statuses: 0 success (and --help); 1 a refusal, or fsck found
-// problems; 2 a command-line mistake, reported as the problem and the
-// command's usage line; 8 fsck could not check the volume.
+// problems, or scrub damaged blocks; 2 a command-line mistake, reported as
+// the problem and the command's usage line; 8 fsck or scrub could not check
+// the volume.
 //
 // Each subcommand lives in its own file as a constructor (newMkfsCommand,
 // ...) that newRootCommand calls. Every run builds a fresh command tree, so
@@ -35,7 +37,9 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// exitError carries a specific exit status (fsck exits 1 on problems).
+// exitError carries a specific exit status (fsck exits 1 on problems) and
+// a message for stderr, printed whatever the status (scrub exits 0 with a
+// note for a volume without data checksums).
 type exitError struct {
 	code int
 	err  error
@@ -102,7 +106,8 @@ for highly concurrent direct and asynchronous I/O.
 
 Flags go before or after the positional arguments; long flags may also be written
 with one dash (-size 16G). Exit status: 0 success, 1 a refusal (fsck: problems
-found), 2 a command-line mistake, 8 fsck could not check the volume.`,
+found; scrub: damaged blocks), 2 a command-line mistake, 8 fsck or scrub could
+not check the volume.`,
 		SilenceErrors: true, // run prints them, as one line
 		SilenceUsage:  true,
 	}
@@ -119,6 +124,7 @@ found), 2 a command-line mistake, 8 fsck could not check the volume.`,
 		newUmountCommand(),
 		newStatCommand(),
 		newFsckCommand(),
+		newScrubCommand(),
 		newFiemapCommand(),
 		newBenchCommand(benchArgs),
 	)

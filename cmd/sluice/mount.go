@@ -56,7 +56,11 @@ owner's data I/O waits --lease-ttl + --lease-ttl/5 + --lease-io-bound, so that
 nothing the old host submitted can land after it; metadata operations proceed at
 once. A mount that loses its lease (etcd deleted it: the host was frozen or cut
 off from etcd for longer than the TTL) stops: its users get ENOTCONN, and it
-exits 1.`,
+exits 1.
+
+While it serves, the mount takes requests on the unix socket VOLUME/control (mode
+0600: the mounting user's), through which sluice scrub VOLUME scrubs the mounted
+volume; it is removed at unmount (and replaced, if a killed mount left it).`,
 		Example: `  sluice mount /var/lib/vol /mnt/vol
   sluice mount /var/lib/vol /mnt/vol -o allow_other,noatime --policy classic --cache-size 1G
   sluice mount /var/lib/vol /mnt/vol --metrics localhost:9100 --debug
@@ -233,12 +237,17 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	}
 	tr, why := srv.Transport()
 	fmt.Fprintf(os.Stderr, "sluice: FUSE transport %s: %s\n", tr, why)
+	ctl, err := serveControl(volDir, eng.FS, logger)
+	if err != nil {
+		logger.Printf("%v; sluice scrub cannot reach this mount", err)
+	}
 	o := eng.Options()
 	fmt.Fprintf(stdout, "mounted %s on %s (policy %s, cache %s, page cache %d MiB); stop with Ctrl-C or: sluice umount %s\n",
 		volDir, mnt, o.Policy, mode, o.CacheSizeBytes>>20, mnt)
 
 	lost := stopOnLoss(eng, srv, logger)
 	forced := waitAndUnmount(srv, eng.FS, f.grace, logger)
+	ctl.Close()
 	if metricsSrv != nil {
 		metricsSrv.Close()
 	}
