@@ -407,3 +407,63 @@ func TestScrubCancelledByClose(t *testing.T) {
 		t.Errorf("Close took %v", d)
 	}
 }
+
+// TestScrubMounted scrubs a volume that a `sluice mount` process serves:
+// sluice scrub goes through the mount's control socket (which replaced the
+// stale one a killed mount left), counts a file written through the mount,
+// reports a block corrupted on the device meanwhile, and the socket goes
+// at unmount.
+func TestScrubMounted(t *testing.T) {
+	needFUSE(t)
+	bin := buildSluice(t)
+	vol, phys := checksummedVolume(t)
+	sock := filepath.Join(vol, "control")
+	staleSocket(t, sock)
+	mnt := filepath.Join(t.TempDir(), "mnt")
+	os.Mkdir(mnt, 0o755)
+	m := startMount(t, bin, "mount", vol, mnt)
+	m.waitFor("mounted "+vol, 60*time.Second)
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+		t.Errorf("control socket: %v, %v; want a socket of mode 0600", fi.Mode(), err)
+	}
+
+	pid := fmt.Sprint(m.cmd.Process.Pid)
+	code, out, errOut := sluiceRun(t, "scrub", vol)
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "volume "+vol+": clean\n") ||
+		!strings.Contains(out, "  scrub    online, by the mount of pid "+pid+", at most 64 MiB/s\n") ||
+		!strings.Contains(out, "  files    3\n") {
+		t.Errorf("scrub of the mounted volume: exit %d, stderr %q:\n%s", code, errOut, out)
+	}
+	m.waitFor("scrub: 3 files, 6 blocks, 0 damaged files", 10*time.Second) // the mount logs it
+	if err := writeSync(filepath.Join(mnt, "new"), randomBlocks(5*4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if j := scrubJSONOf(t, 0, vol, "--rate", "0"); !j.Online || !j.Clean || j.Files != 4 || j.Blocks != 11 {
+		t.Errorf("scrub --json after a write through the mount: %+v %+v", j, j.ScrubReport)
+	}
+
+	off := phys["/a"][0]
+	flipByte(t, filepath.Join(vol, "data"), off+4095)
+	code, out, errOut = sluiceRun(t, "scrub", vol)
+	if code != 1 || !strings.Contains(out, fmt.Sprintf("  damaged  /a offset 0 (device block %d): its data does not match its checksum\n", off/4096)) {
+		t.Errorf("scrub of the mounted volume, corrupted: exit %d:\n%s", code, out)
+	}
+	wantOneLine(t, "scrub", errOut, "volume "+vol+" has 1 damaged file (1 block)")
+	// Reading it through the mount fails rather than returning bad data.
+	if _, err := os.ReadFile(filepath.Join(mnt, "a")); err == nil {
+		t.Errorf("reading a corrupted block through the mount succeeded")
+	}
+
+	if code, _, errOut := sluiceRun(t, "umount", mnt); code != 0 {
+		t.Fatalf("umount: exit %d: %s", code, errOut)
+	}
+	if code := m.wait(30 * time.Second); code != 0 {
+		t.Errorf("the mount exited %d", code)
+	}
+	if _, err := os.Lstat(sock); !os.IsNotExist(err) {
+		t.Errorf("the control socket outlived the mount: %v", err)
+	}
+	if code, out, _ := sluiceRun(t, "scrub", vol); code != 1 || !strings.Contains(out, "  scrub    offline, no rate limit\n") || !strings.Contains(out, "  files    4\n") {
+		t.Errorf("offline scrub after the unmount: exit %d:\n%s", code, out)
+	}
+}
