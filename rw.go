@@ -90,7 +90,7 @@ func (in *inode) write(k *kiocb) (int, error) {
 	if err := in.fs.writable(); err != nil {
 		return 0, err
 	}
-	if k.atomic {
+	if k.atomic && len(k.buf) > 0 { // an empty write is no write, whatever its flags
 		if err := in.fs.atomicWriteCheck(k); err != nil {
 			return 0, err
 		}

@@ -47,7 +47,7 @@
 // buffer (Handle.PwriteAtomic: the engine's File.Pwrite with
 // sluice.RWFAtomic, the host's unix.Pwritev2 with unix.RWF_ATOMIC). Its
 // rules are Linux 6.18's, in their order: EBADF; nothing for a zero
-// length (sluice says EINVAL: TestAtomicZeroLength); EINVAL for a length outside [unit min, unit max] (a block to
+// length (TestAtomicZeroLength); EINVAL for a length outside [unit min, unit max] (a block to
 // 1 MiB on sluice and on the XFS oracle), then for one that is not a
 // power of two, then for an offset not aligned to the length; EOPNOTSUPP
 // without O_DIRECT. Without a crash it does what a write does. sluice
@@ -156,9 +156,9 @@
 // as B1, B2, .... A POSIX case marked with bug: "Bn" logs its difference
 // instead of failing, and fails once the difference is gone so that the
 // mark goes with the fix; the metamorphic generator steers around the
-// entries of metamorphicKnownBugs. Tests that reproduce a bug not yet
-// filed skip while the engine differs (TestAtomicZeroLength,
-// TestExchangeToEOFWithinOneFile).
+// entries of metamorphicKnownBugs (none now: TestAtomicZeroLength and
+// TestExchangeToEOFWithinOneFile pin the two the atomic-write sequences
+// found, both fixed).
 //
 // # Scope
 //

@@ -114,22 +114,7 @@ var metamorphicKnownBugs = []struct {
 	id   string
 	what string
 	skip func(g *Generator, op Op, cfg metaConfig) bool
-}{
-	{
-		id:   "exchange-to-eof-within-one-file (unfiled)",
-		what: "a TO_EOF exchange between two ranges of one file leaves file2's new size where XFS and the model leave file1's (TestExchangeToEOFWithinOneFile)",
-		skip: func(g *Generator, op Op, _ metaConfig) bool {
-			h, h2 := g.slot(op.Slot), g.slot(op.Slot2)
-			if op.Kind != OpExchangeRange || op.Flags&(ExchangeToEOF|ExchangeDryRun) != ExchangeToEOF ||
-				op.Off == op.Off2 || h == nil || h2 == nil || h.closed || h2.closed || h.n != h2.n {
-				return false
-			}
-			// Only the exchanges that happen (the others fail alike)
-			// at two offsets (else both sizes are the same).
-			return h.ExchangeRange(h2, op.Off2, op.Off, op.Len, uint64(op.Flags|ExchangeDryRun)) == nil
-		},
-	},
-}
+}{}
 
 // skipKnownBugs returns the Skip function of a sequence in configuration
 // cfg: the ID of the known bug an op would trigger, or "".

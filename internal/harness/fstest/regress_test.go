@@ -115,9 +115,8 @@ func TestExchangeToEOFTail(t *testing.T) {
 // overlap). Each file ends where the other's EOF lands in it: file1 at
 // off1+size2-off2 (0), file2 at off2+size1-off1 (twice the size). When
 // they are one file, XFS (Linux 6.18.44) and the model leave it at file1's
-// size (0); sluice sets both in one assignment and file2's wins. The test
-// skips while the engine differs; the metamorphic generator steers around
-// it (metamorphicKnownBugs).
+// size (0); sluice set both in one assignment and file2's won, until it
+// set file1's last.
 func TestExchangeToEOFWithinOneFile(t *testing.T) {
 	c := posixCase{setup: seq(file("f", 12288, 1), openOp(0, "f", rdwr), openOp(1, "f", rdwr)),
 		call: exchangeOp(1, 0, 0, 12288, 0, ExchangeToEOF), after: seq(fstatOp(0), preadOp(0, 0, 50000))}
@@ -135,6 +134,6 @@ func TestExchangeToEOFWithinOneFile(t *testing.T) {
 	}
 	el, _, _ := transcript(newTestEngine(t, EngineConfig{}), c)
 	if d := diffLines("sluice", el, "model ", ml); d != "" {
-		t.Skipf("engine bug: a TO_EOF exchange within one file leaves file2's size:\n%s", d)
+		t.Fatalf("a TO_EOF exchange within one file:\n%s", d)
 	}
 }
