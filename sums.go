@@ -6,6 +6,7 @@ import (
 
 	"github.com/sluicefs/sluice/checksum"
 	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/extmap"
 	"github.com/sluicefs/sluice/meta"
 )
 
@@ -123,18 +124,25 @@ func (in *inode) readVerified(buf []byte, dev uint64, fileOff int64) error {
 // block): zeros for a hole or an unwritten block, else the device's bytes,
 // verified.
 func (in *inode) readBlockInto(buf []byte, pos int64) error {
-	fs := in.fs
-	in.mu.Lock()
-	m, err := in.extentsLocked()
+	s, err := in.blockMapping(uint64(pos / in.fs.blockSize))
 	if err != nil {
-		in.mu.Unlock()
 		return err
 	}
-	s := m.Lookup(uint64(pos/fs.blockSize), 1, nil)[0]
-	in.mu.Unlock()
 	if s.Hole || s.State != meta.Written {
 		clear(buf)
 		return nil
 	}
 	return in.readVerified(buf, s.DevBlock, pos)
+}
+
+// blockMapping returns the segment that maps file block blk, loading the
+// extents if needed.
+func (in *inode) blockMapping(blk uint64) (extmap.Segment, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	m, err := in.extentsLocked()
+	if err != nil {
+		return extmap.Segment{}, err
+	}
+	return m.Lookup(blk, 1, nil)[0], nil
 }

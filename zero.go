@@ -62,14 +62,10 @@ func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err err
 			return false, err
 		}
 	}
-	in.mu.Lock()
-	m, err := in.extentsLocked()
+	s, err := in.blockMapping(blk)
 	if err != nil {
-		in.mu.Unlock()
 		return false, err
 	}
-	s := m.Lookup(blk, 1, nil)[0]
-	in.mu.Unlock()
 	if s.Hole || s.State != meta.Written || from >= to {
 		return false, nil
 	}
@@ -98,14 +94,10 @@ func (in *inode) zeroBlockRange(blk uint64, from, to int64) (wrote bool, err err
 func (in *inode) rewriteBlock(blk uint64, modify func([]byte)) (bool, error) {
 	fs := in.fs
 	bs := fs.blockSize
-	in.mu.Lock()
-	m, err := in.extentsLocked()
+	s, err := in.blockMapping(blk)
 	if err != nil {
-		in.mu.Unlock()
 		return false, err
 	}
-	s := m.Lookup(blk, 1, nil)[0]
-	in.mu.Unlock()
 	if s.Hole || s.State != meta.Written {
 		return false, nil
 	}

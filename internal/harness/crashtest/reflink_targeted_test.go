@@ -96,21 +96,8 @@ func TestTargetedSameFileClonePastSharedEOF(t *testing.T) {
 // extension's size was committed before its data was durable.)
 func TestTargetedStaleTailAfterTwoCrashes(t *testing.T) {
 	c := newChecker(t)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	fill := func(n int, seq uint64, off int64) []byte {
-		b := device.AlignedBuf(n)
-		for i := 0; i < n; i += SectorSize {
-			fillSector(b[i:i+SectorSize], Tag{File: 1, Seq: seq, Off: off + int64(i)})
-		}
-		return b
-	}
-	keep := func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Keep} }
-	drop := func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Drop} }
+	must := mustFunc(t)
+	fill, keep, drop := taggedSectors, keepWrites, dropWrites
 	env, err := NewEnv(EnvConfig{BlockSize: bs4k})
 	must(err)
 	defer env.Close()
@@ -167,21 +154,8 @@ func TestTargetedStaleTailAfterTwoCrashes(t *testing.T) {
 // makes such a remap durable before the size can be.
 func TestTargetedStaleTailInSharedEOFBlock(t *testing.T) {
 	c := newChecker(t)
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	fill := func(n int, seq uint64, off int64) []byte {
-		b := device.AlignedBuf(n)
-		for i := 0; i < n; i += SectorSize {
-			fillSector(b[i:i+SectorSize], Tag{File: 1, Seq: seq, Off: off + int64(i)})
-		}
-		return b
-	}
-	keep := func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Keep} }
-	drop := func(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Drop} }
+	must := mustFunc(t)
+	fill, keep, drop := taggedSectors, keepWrites, dropWrites
 	env, err := NewEnv(EnvConfig{BlockSize: bs4k})
 	must(err)
 	defer env.Close()
@@ -227,3 +201,27 @@ func TestTargetedStaleTailInSharedEOFBlock(t *testing.T) {
 		}
 	}
 }
+
+// mustFunc returns a function that fails t on an error.
+func mustFunc(t *testing.T) func(error) {
+	return func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// taggedSectors returns n bytes of the sectors write seq puts at file
+// offset off of file 1.
+func taggedSectors(n int, seq uint64, off int64) []byte {
+	b := device.AlignedBuf(n)
+	for i := 0; i < n; i += SectorSize {
+		fillSector(b[i:i+SectorSize], Tag{File: 1, Seq: seq, Off: off + int64(i)})
+	}
+	return b
+}
+
+// keepWrites and dropWrites are crash fates for every pending write.
+func keepWrites(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Keep} }
+func dropWrites(memdev.PendingWrite) memdev.Fate { return memdev.Fate{Kind: memdev.Drop} }

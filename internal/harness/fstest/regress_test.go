@@ -120,20 +120,5 @@ func TestExchangeToEOFTail(t *testing.T) {
 func TestExchangeToEOFWithinOneFile(t *testing.T) {
 	c := posixCase{setup: seq(file("f", 12288, 1), openOp(0, "f", rdwr), openOp(1, "f", rdwr)),
 		call: exchangeOp(1, 0, 0, 12288, 0, ExchangeToEOF), after: seq(fstatOp(0), preadOp(0, 0, 50000))}
-	ml, _, call := transcript(NewModel(512, 4096), c)
-	if call != "" {
-		t.Fatalf("model: %s", call)
-	}
-	if host, why := hostFor(t, seq(c.setup, c.call), 4096); host != nil {
-		hl, _, _ := transcript(host, c)
-		if d := diffLines("model", ml, host.Name(), hl); d != "" {
-			t.Fatalf("the model is wrong:\n%s", d)
-		}
-	} else {
-		t.Logf("host not compared: %s", why)
-	}
-	el, _, _ := transcript(newTestEngine(t, EngineConfig{}), c)
-	if d := diffLines("sluice", el, "model ", ml); d != "" {
-		t.Fatalf("a TO_EOF exchange within one file:\n%s", d)
-	}
+	regressCase(t, "a TO_EOF exchange within one file", c)
 }
