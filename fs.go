@@ -43,6 +43,8 @@ type FS struct {
 	// mismatch was logged.
 	sums        *checksum.Table
 	sumReported sync.Map
+	sumFlushing atomic.Bool    // a transaction for the checksums alone is running (setSums)
+	sumFlush    sync.WaitGroup // that transaction's goroutine, which Close waits for
 	cache       *pagecache.Cache
 
 	// ns serialises namespace changes (create, link, unlink, rename, ...)
@@ -275,6 +277,7 @@ func (fs *FS) Close() error {
 		} else {
 			fs.writebacks.wait()
 		}
+		fs.sumFlush.Wait() // no write is left to start another
 		fs.cache.Close()
 		if fs.ownsVolume {
 			err = errors.Join(err, fs.vol.Close())

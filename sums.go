@@ -108,7 +108,22 @@ func (fs *FS) setSums(buf []byte, off int64) {
 		return
 	}
 	fs.sums.Set(uint64(off/bs), buf)
+	if fs.sums.Dirty() > sumFlushChunks && fs.sumFlushing.CompareAndSwap(false, true) {
+		// Writes that commit nothing (into preallocated blocks, whose
+		// conversions wait for the sync point) would otherwise pile
+		// their checksums up for one transaction, past what etcd takes.
+		fs.sumFlush.Add(1)
+		go func() {
+			defer fs.sumFlush.Done()
+			defer fs.sumFlushing.Store(false)
+			_ = fs.transact(func(*txn) error { return nil }) // a failure shuts down; the next write reports it
+		}()
+	}
 }
+
+// sumFlushChunks is how many checksum records may wait for a transaction
+// before one is committed for them alone (256 KiB of records).
+const sumFlushChunks = 1024
 
 // readVerified reads whole blocks from device block dev into buf and
 // verifies them (the copies a write makes: unshare, rewrite).

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/faultdev"
@@ -273,5 +274,56 @@ func TestScrub(t *testing.T) {
 	plain := newEnv(t, envConfig{})
 	if r, err := plain.fs.Scrub(context.Background(), ScrubOptions{}); err != nil || r.DataChecksums || r.Blocks != 0 {
 		t.Fatalf("no checksums: %+v, %v", r, err)
+	}
+}
+
+// TestDataChecksumsFlushAlone: writes that commit nothing (into blocks
+// allocated ahead, whose conversions wait for the sync point) have their
+// checksums committed in transactions of their own once sumFlushChunks
+// chunks wait, so no transaction carries them all; what is durable after
+// a sync reads back verified after a reopen.
+func TestDataChecksumsFlushAlone(t *testing.T) {
+	e := newEnv(t, envConfig{sums: true, size: 512 << 20})
+	f := e.mustCreate("/f", O_DIRECT)
+	const size = 320 << 20 // 81920 blocks: 1280 chunks
+	if err := f.Fallocate(0, 0, size); err != nil {
+		t.Fatal(err)
+	}
+	commits := e.fs.Counters()["MetaCommits"]
+	buf := pattern(1<<20, 5)
+	for off := int64(0); off < size; off += 1 << 20 {
+		if _, err := f.Pwrite(buf, off, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitForCond(t, func() bool { return !e.fs.sumFlushing.Load() })
+	if e.fs.Counters()["MetaCommits"] == commits {
+		t.Fatal("no transaction committed the checksums of 1280 chunks")
+	}
+	if d := e.fs.sums.Dirty(); d > sumFlushChunks {
+		t.Fatalf("%d chunks wait for a transaction", d)
+	}
+	if err := f.Fsync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	e = e.reopen()
+	g, err := e.fs.OpenFile("/f", O_RDONLY|O_DIRECT, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := device.AlignedBuf(1 << 20)
+	if _, err := g.Pread(got, size-(1<<20), 0); err != nil || !bytes.Equal(got, buf) {
+		t.Fatalf("the last MiB after a reopen: %v", err)
+	}
+}
+
+func waitForCond(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 10000 {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
