@@ -78,6 +78,8 @@ func (f *File) ExchangeRange(file1 *File, off1, off2, n int64, flags uint64) err
 // exchangeRange is ExchangeRange under both I/O locks (xfs_exchrange_prep,
 // xfs_exchrange_mappings).
 func (fs *FS) exchangeRange(in1, in2 *inode, off1, off2, n int64, flags uint64) error {
+	in1.eofTailClean.Store(false) // each may get the other's EOF block (checkEOFTail)
+	in2.eofTailClean.Store(false)
 	unlock := lockIO2(in1, in2)
 	defer unlock()
 	n, err := fs.exchangePrep(in1, in2, off1, off2, n, flags)

@@ -3,6 +3,7 @@ package sluice
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -88,6 +89,10 @@ type inode struct {
 	// Write paths ask the shared-block table only when it is set (cow.go).
 	// Protected by mu.
 	mayShare bool
+	// eofTailClean says the bytes past EOF in the EOF block are known to
+	// be zeros on the device (checkEOFTail): set for a file created in
+	// this mount, false for one loaded.
+	eofTailClean atomic.Bool
 	// privChecked says privileged is known: whether a write must strip
 	// set-user-ID, set-group-ID or capabilities (the kernel's !IS_NOSEC).
 	// Protected by mu.
@@ -172,6 +177,7 @@ func (fs *FS) loadInodeRecord(ino meta.Ino) (*meta.Inode, error) {
 // to load).
 func (fs *FS) addInode(rec *meta.Inode, ext *extmap.Map) *inode {
 	fresh := &inode{fs: fs, ino: rec.Ino, attr: *rec, ext: ext, metaSeq: fs.committedSeq.Load(), committedSize: rec.Size}
+	fresh.eofTailClean.Store(ext != nil) // a file created now: nothing past its EOF
 	fs.icache.mu.Lock()
 	defer fs.icache.mu.Unlock()
 	if in, ok := fs.icache.m[rec.Ino]; ok { // lost a race with another loader

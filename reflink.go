@@ -222,6 +222,7 @@ func lockIO2(a, b *inode) func() {
 // Unwritten source blocks become holes in the destination: both read as
 // zeros (XFS shares them instead). It returns the bytes remapped.
 func (fs *FS) remapRange(src, dst *inode, srcOff, dstOff, n int64, flags remapFlags) (int64, error) {
+	dst.eofTailClean.Store(false) // its EOF block may become the source's (checkEOFTail)
 	unlock := lockIO2(src, dst)
 	defer unlock()
 	if err := regularPair(src, dst); err != nil {

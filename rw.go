@@ -99,7 +99,9 @@ func (in *inode) write(k *kiocb) (int, error) {
 		if err := clampToMaxSize(k); err != nil {
 			return 0, err
 		}
-	} else if len(k.buf) > 0 && in.fs.policy.ParallelAppends && in.fs.sums == nil {
+	} else if len(k.buf) > 0 && in.fs.policy.ParallelAppends && in.fs.sums == nil && in.eofTailKnownClean() {
+		// (The first append of a mount takes the exclusive route, whose
+		// write checks make sure the EOF block's tail is zeros.)
 		return in.appendWrite(k)
 	}
 	if k.direct {

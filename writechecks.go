@@ -36,7 +36,11 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 				return mode, errnof(syscall.EINVAL, "O_DIRECT append at unaligned end of file %d", k.off)
 			}
 		}
-		needExcl := k.off > size || strip
+		// A write at EOF inside a block extends the file over the bytes
+		// past EOF in that block: they must be zeros on the device
+		// (checkEOFTail), once per inode and mount.
+		tail := k.off == size && size%fs.blockSize != 0 && !in.eofTailClean.Load()
+		needExcl := k.off > size || strip || tail
 		if needExcl && k.nowait {
 			return mode, fs.nowaitEAGAIN(nwNeedExclusive)
 		}
@@ -47,13 +51,17 @@ func (in *inode) writeChecks(k *kiocb, mode iolock.Mode) (iolock.Mode, error) {
 			fs.counters.LockUpgrades.Add(1)
 			continue
 		}
-		if k.off > size && !drained {
+		if (k.off > size || tail) && !drained {
 			in.drain()
 			drained = true
 			continue
 		}
 		if k.off > size {
 			if err := in.zeroEOFTail(size); err != nil {
+				return mode, err
+			}
+		} else if tail {
+			if err := in.checkEOFTail(size); err != nil {
 				return mode, err
 			}
 		}

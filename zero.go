@@ -27,8 +27,12 @@ func (in *inode) zeroEOFTail(size int64) error {
 	}
 	wrote, err := in.zeroBlockRange(uint64(blk), size%bs, bs)
 	if err != nil || !wrote {
+		if err == nil {
+			in.eofTailClean.Store(true)
+		}
 		return err
 	}
+	in.eofTailClean.Store(true)
 	// The zeros must be durable before the size that exposes them can be:
 	// otherwise a crash could keep the new size and the old bytes. If the
 	// block was shared, the zeros went to a copy whose remap persists only
@@ -43,6 +47,58 @@ func (in *inode) zeroEOFTail(size int64) error {
 		return in.fs.group.sync()
 	}
 	return in.fs.flushDevice()
+}
+
+// checkEOFTail makes sure the bytes of the EOF block past EOF size are
+// zeros on the device before a write at EOF extends the file over them.
+// Only a crash leaves them otherwise (an extending write whose data landed
+// and whose size did not), and a size made durable over them before the
+// extending write's data (a buffered write, not yet written back, under a
+// size another transaction of the inode persists) would show them. So the
+// first such write of an inode in a mount reads the EOF block and, if the
+// tail is not zeros, zeroes it durably (zeroEOFTail); in.eofTailClean
+// remembers it (a file created in this mount starts with it), and it
+// stays true while the file is extended by writes (which leave zeros past
+// their end) or by truncate and fallocate (which zero the tail first and
+// flush); clones and exchanges, which bring another file's EOF block,
+// clear it.
+//
+// Preconditions: in.io is held exclusive and direct I/O is drained.
+func (in *inode) checkEOFTail(size int64) error {
+	fs := in.fs
+	bs := fs.blockSize
+	blk := uint64(size / bs)
+	if err := in.writebackRange(int64(blk)*bs, int64(blk+1)*bs, false); err != nil {
+		return err
+	}
+	s, err := in.blockMapping(blk)
+	if err != nil {
+		return err
+	}
+	if !s.Hole && s.State == meta.Written {
+		buf := device.AlignedBuf(int(bs))
+		if err := in.readVerified(buf, s.DevBlock, int64(blk)*bs); err != nil {
+			return err
+		}
+		for _, b := range buf[size%bs:] {
+			if b != 0 {
+				fs.counters.EOFTailsZeroed.Add(1)
+				if err := in.zeroEOFTail(size); err != nil {
+					return err
+				}
+				break
+			}
+		}
+	}
+	in.eofTailClean.Store(true)
+	return nil
+}
+
+// eofTailKnownClean reports whether the EOF block has no tail past EOF
+// (EOF is block-aligned) or checkEOFTail found it zeros: then an append
+// need not check it.
+func (in *inode) eofTailKnownClean() bool {
+	return in.eofTailClean.Load() || in.size()%in.fs.blockSize == 0
 }
 
 // zeroBlockRange zeroes bytes [from, to) of file block blk on the device
