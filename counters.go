@@ -98,7 +98,7 @@ type Counters struct {
 	AtomicWrites           atomic.Int64 // RWFAtomic writes accepted
 	AtomicWritesInPlace    atomic.Int64 // ... that found only holes and unwritten blocks: their conversion is the switch
 	AtomicWritesOutOfPlace atomic.Int64 // ... that wrote written blocks to staging blocks, remapped in one transaction
-	EOFTailsZeroed atomic.Int64 // EOF blocks whose tail past EOF held a crash's bytes, zeroed before a write at EOF (checkEOFTail)
+	EOFTailsZeroed         atomic.Int64 // EOF blocks whose tail past EOF held a crash's bytes, zeroed before a write at EOF (checkEOFTail)
 	// Data checksums (sums.go).
 	SumVerifiedBlocks atomic.Int64 // blocks read from the device and verified
 	SumMismatches     atomic.Int64 // verifications that failed (or found no checksum)
