@@ -94,11 +94,11 @@ type Counters struct {
 	CowRefills         atomic.Int64 // transactions that allocated staging blocks ahead
 	SharedWriteRefused atomic.Int64 // shared blocks a write path refused to write in place (never expected)
 	Exchanges          atomic.Int64 // exchange-range operations that exchanged (ExchangeRange)
+	EOFTailsZeroed     atomic.Int64 // EOF blocks whose tail past EOF held a crash's bytes, zeroed before a write at EOF (checkEOFTail)
 	// Untorn writes (atomic.go).
 	AtomicWrites           atomic.Int64 // RWFAtomic writes accepted
 	AtomicWritesInPlace    atomic.Int64 // ... that found only holes and unwritten blocks: their conversion is the switch
 	AtomicWritesOutOfPlace atomic.Int64 // ... that wrote written blocks to staging blocks, remapped in one transaction
-	EOFTailsZeroed         atomic.Int64 // EOF blocks whose tail past EOF held a crash's bytes, zeroed before a write at EOF (checkEOFTail)
 	// Data checksums (sums.go).
 	SumVerifiedBlocks atomic.Int64 // blocks read from the device and verified
 	SumMismatches     atomic.Int64 // verifications that failed (or found no checksum)
