@@ -39,6 +39,9 @@
 #                   one metadata call in a loop by one thread (metaops:
 #                   utimensat, chmod, open+close, stat of one file), calls/s
 #                   reported as IOPS
+#   sqlite          SQLite (Python's sqlite3) in WAL mode with synchronous=FULL:
+#                   2,000 transactions of 50 inserts of 100 random bytes into a
+#                   new database; commits/s reported as IOPS
 #   untar tarc rmrf Go's src tree (GOROOT/src, ~15k entries): extracted with
 #                   tar -x, archived with tar -c after dropping the caches,
 #                   removed with rm -rf; entries/s reported as IOPS (run
@@ -199,6 +202,29 @@ tree_case() { # case mountpoint -> fio-like JSON: entries/s as IOPS, and the sec
 		"$(cat "$WORK/src.entries")" "$t1" "$t0"
 }
 
+sqlite_case() { # mountpoint -> fio-like JSON: commits/s as IOPS, and the seconds
+	python3 - "$1/bench.sqlite" <<'PY'
+import json, os, sqlite3, sys, time
+db, n = sys.argv[1], 2000
+for suffix in ("", "-wal", "-shm"):
+    if os.path.exists(db + suffix):
+        os.remove(db + suffix)
+con = sqlite3.connect(db, isolation_level=None)
+con.execute("PRAGMA journal_mode=WAL")
+con.execute("PRAGMA synchronous=FULL")
+con.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+t0 = time.time()
+for _ in range(n):
+    con.execute("BEGIN")
+    for _ in range(50):
+        con.execute("INSERT INTO t(v) VALUES (randomblob(100))")
+    con.execute("COMMIT")
+s = time.time() - t0
+con.close()
+print(json.dumps({"seconds": s, "jobs": [{"read": {"iops": 0, "bw_bytes": 0}, "write": {"iops": n / s, "bw_bytes": 0}}]}))
+PY
+}
+
 drop_caches() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
@@ -234,7 +260,7 @@ for r in $(seq "$ROUNDS"); do
 			brr4k-hot) cat "$m/bench.dat" >/dev/null ;;
 			esac
 			args=
-			case $c in utime | chmod | open | stat | untar | tarc | rmrf) ;; *) args=$(fio_case "$c" "$m") ;; esac
+			case $c in utime | chmod | open | stat | untar | tarc | rmrf | sqlite) ;; *) args=$(fio_case "$c" "$m") ;; esac
 			before=$(cpu_ticks "$pid")
 			prof=
 			if [ "$PROFILE" = "$c" ] && [ "$t" = sluice ] && [ "$r" = 1 ]; then
@@ -247,6 +273,9 @@ for r in $(seq "$ROUNDS"); do
 				;;
 			untar | tarc | rmrf)
 				tree_case "$c" "$m" >"$WORK/$t-$c.json"
+				;;
+			sqlite)
+				sqlite_case "$m" >"$WORK/$t-$c.json"
 				;;
 			*)
 				# shellcheck disable=SC2086
