@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/sluicefs/sluice"
@@ -97,7 +98,7 @@ func TestTargetedSameFileClonePastSharedEOF(t *testing.T) {
 func TestTargetedStaleTailAfterTwoCrashes(t *testing.T) {
 	c := newChecker(t)
 	must := mustFunc(t)
-	fill, keep, drop := taggedSectors, keepWrites, dropWrites
+	fill := taggedSectors
 	env, err := NewEnv(EnvConfig{BlockSize: bs4k})
 	must(err)
 	defer env.Close()
@@ -115,34 +116,13 @@ func TestTargetedStaleTailAfterTwoCrashes(t *testing.T) {
 	must(err)
 	must(b.Fallocate(sluice.FallocCollapseRange, 0, bs4k))
 	_, synced := env.KV.Commits()
-	img, err := env.Crash(1, keep, MetaCrash{UpTo: synced})
-	must(err)
-	env2, _, err := img.Open(env.Opts)
-	must(err)
-	defer env2.Close()
+	env2 := crashAndOpen(t, env, 1, keepWrites, synced)
 	d2, err := env2.FS.OpenFile("/f", sluice.O_RDWR|sluice.O_DIRECT, 0)
 	must(err)
 	defer d2.Close()
 	_, err = d2.WriteAt(fill(bs4k, 3, bs4k), bs4k)
 	must(err)
-	commits, _ := env2.KV.Commits()
-	img2, err := env2.Crash(2, drop, MetaCrash{UpTo: commits})
-	must(err)
-	env3, _, err := img2.Open(env.Opts)
-	must(err)
-	defer env3.Close()
-	f, err := env3.FS.OpenFile("/f", sluice.O_RDONLY|sluice.O_DIRECT, 0)
-	must(err)
-	defer f.Close()
-	a, err := f.Stat()
-	must(err)
-	buf, err := readFile(f, a.Size)
-	must(err)
-	for o := int64(5120); o < a.Size; o += SectorSize {
-		if k, tag := decodeSector(buf[o : o+SectorSize]); k != Zero && !(k == Tagged && tag.Seq == 3) {
-			c.errorf("size %d: offset %d holds %s; allowed: zeros or write 3", a.Size, o, describeSector(k, tag))
-		}
-	}
+	checkTailAfterCrash(t, c, env2, 3)
 }
 
 // A crash can leave data past EOF in the EOF block (here a sub-block
@@ -155,25 +135,7 @@ func TestTargetedStaleTailAfterTwoCrashes(t *testing.T) {
 func TestTargetedStaleTailInSharedEOFBlock(t *testing.T) {
 	c := newChecker(t)
 	must := mustFunc(t)
-	fill, keep, drop := taggedSectors, keepWrites, dropWrites
-	env, err := NewEnv(EnvConfig{BlockSize: bs4k})
-	must(err)
-	defer env.Close()
-	f, err := env.FS.OpenFile("/f", sluice.O_RDWR|sluice.O_CREAT|sluice.O_DIRECT, 0o644)
-	must(err)
-	defer f.Close()
-	_, err = f.WriteAt(fill(2*bs4k, 1, 0), 0)
-	must(err)
-	must(f.Truncate(5120))
-	must(f.Fsync())
-	_, err = f.WriteAt(fill(1024, 2, 5120), 5120) // its size is lost
-	must(err)
-	_, synced := env.KV.Commits()
-	img, err := env.Crash(1, keep, MetaCrash{UpTo: synced})
-	must(err)
-	env2, _, err := img.Open(env.Opts)
-	must(err)
-	defer env2.Close()
+	env2 := lostTailEnv(t)
 	f2, err := env2.FS.OpenFile("/f", sluice.O_RDWR|sluice.O_DIRECT, 0)
 	must(err)
 	defer f2.Close()
@@ -182,24 +144,68 @@ func TestTargetedStaleTailInSharedEOFBlock(t *testing.T) {
 	defer g.Close()
 	must(g.CloneRange(f2, 0, 0, 5120)) // to EOF: shares the EOF block
 	must(f2.Fallocate(0, 5120, 1024))  // extends f over the stale tail
-	commits, _ := env2.KV.Commits()
-	img2, err := env2.Crash(2, drop, MetaCrash{UpTo: commits})
+	checkTailAfterCrash(t, c, env2, 0)
+}
+
+// lostTailEnv returns the file system a crash left with /f holding 5120
+// synced bytes (write 1) and, past EOF in its EOF block, 1024 bytes of
+// write 2, an extending direct write whose size the crash lost.
+func lostTailEnv(t *testing.T) *Env {
+	must := mustFunc(t)
+	env, err := NewEnv(EnvConfig{BlockSize: bs4k})
 	must(err)
-	env3, _, err := img2.Open(env.Opts)
+	t.Cleanup(func() { env.Close() })
+	f, err := env.FS.OpenFile("/f", sluice.O_RDWR|sluice.O_CREAT|sluice.O_DIRECT, 0o644)
 	must(err)
-	defer env3.Close()
-	f3, err := env3.FS.OpenFile("/f", sluice.O_RDONLY|sluice.O_DIRECT, 0)
+	defer f.Close()
+	_, err = f.WriteAt(taggedSectors(2*bs4k, 1, 0), 0)
 	must(err)
-	defer f3.Close()
-	a, err := f3.Stat()
+	must(f.Truncate(5120))
+	must(f.Fsync())
+	_, err = f.WriteAt(taggedSectors(1024, 2, 5120), 5120) // its size is lost
 	must(err)
-	buf, err := readFile(f3, a.Size)
+	_, synced := env.KV.Commits()
+	return crashAndOpen(t, env, 1, keepWrites, synced)
+}
+
+// crashAndOpen crashes env, each pending device write meeting fate and the
+// metadata as after its first upTo commits, and opens the image (closed
+// when t ends).
+func crashAndOpen(t *testing.T, env *Env, seed uint64, fate func(memdev.PendingWrite) memdev.Fate, upTo uint64) *Env {
+	must := mustFunc(t)
+	img, err := env.Crash(seed, fate, MetaCrash{UpTo: upTo})
 	must(err)
+	next, _, err := img.Open(env.Opts)
+	must(err)
+	t.Cleanup(func() { next.Close() })
+	return next
+}
+
+// checkTailAfterCrash crashes env keeping every metadata commit and
+// dropping every pending device write, and reports (through c) every
+// sector of /f past offset 5120 that holds anything but zeros or, if seq
+// is not 0, write seq. It returns /f's size.
+func checkTailAfterCrash(t *testing.T, c *checker, env *Env, seq uint64) int64 {
+	must := mustFunc(t)
+	commits, _ := env.KV.Commits()
+	env3 := crashAndOpen(t, env, 2, dropWrites, commits)
+	f, err := env3.FS.OpenFile("/f", sluice.O_RDONLY|sluice.O_DIRECT, 0)
+	must(err)
+	defer f.Close()
+	a, err := f.Stat()
+	must(err)
+	buf, err := readFile(f, a.Size)
+	must(err)
+	allowed := "zeros"
+	if seq != 0 {
+		allowed = fmt.Sprintf("zeros or write %d", seq)
+	}
 	for o := int64(5120); o < a.Size; o += SectorSize {
-		if k, tag := decodeSector(buf[o : o+SectorSize]); k != Zero {
-			c.errorf("size %d: offset %d holds %s; allowed: zeros", a.Size, o, describeSector(k, tag))
+		if k, tag := decodeSector(buf[o : o+SectorSize]); k != Zero && !(seq != 0 && k == Tagged && tag.Seq == seq) {
+			c.errorf("size %d: offset %d holds %s; allowed: %s", a.Size, o, describeSector(k, tag), allowed)
 		}
 	}
+	return a.Size
 }
 
 // mustFunc returns a function that fails t on an error.

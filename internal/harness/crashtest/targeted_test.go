@@ -293,49 +293,14 @@ func TestTargetedTruncateExtendZeroes(t *testing.T) {
 func TestTargetedStaleTailUnderBufferedExtension(t *testing.T) {
 	c := newChecker(t)
 	must := mustFunc(t)
-	env, err := NewEnv(EnvConfig{BlockSize: bs4k})
-	must(err)
-	defer env.Close()
-	d, err := env.FS.OpenFile("/f", sluice.O_RDWR|sluice.O_CREAT|sluice.O_DIRECT, 0o644)
-	must(err)
-	defer d.Close()
-	_, err = d.WriteAt(taggedSectors(2*bs4k, 1, 0), 0)
-	must(err)
-	must(d.Truncate(5120))
-	must(d.Fsync())
-	_, err = d.WriteAt(taggedSectors(1024, 2, 5120), 5120) // its size is lost
-	must(err)
-	_, synced := env.KV.Commits()
-	img, err := env.Crash(1, keepWrites, MetaCrash{UpTo: synced})
-	must(err)
-	env2, _, err := img.Open(env.Opts)
-	must(err)
-	defer env2.Close()
+	env2 := lostTailEnv(t)
 	b, err := env2.FS.OpenFile("/f", sluice.O_RDWR, 0)
 	must(err)
 	defer b.Close()
 	_, err = b.WriteAt(taggedSectors(512, 3, 5120), 5120) // buffered, at EOF
 	must(err)
 	must(env2.FS.Link("/f", "/g")) // commits the inode with its new size
-	commits, _ := env2.KV.Commits()
-	img2, err := env2.Crash(2, dropWrites, MetaCrash{UpTo: commits})
-	must(err)
-	env3, _, err := img2.Open(env.Opts)
-	must(err)
-	defer env3.Close()
-	f, err := env3.FS.OpenFile("/f", sluice.O_RDONLY|sluice.O_DIRECT, 0)
-	must(err)
-	defer f.Close()
-	a, err := f.Stat()
-	must(err)
-	buf, err := readFile(f, a.Size)
-	must(err)
-	for o := int64(5120); o < a.Size; o += SectorSize {
-		if k, tag := decodeSector(buf[o : o+SectorSize]); k != Zero && !(k == Tagged && tag.Seq == 3) {
-			c.errorf("size %d: offset %d holds %s; allowed: zeros or write 3", a.Size, o, describeSector(k, tag))
-		}
-	}
-	if a.Size != 5632 {
-		t.Logf("size %d: the link did not persist the extension; the test shows nothing", a.Size)
+	if size := checkTailAfterCrash(t, c, env2, 3); size != 5632 {
+		t.Logf("size %d: the link did not persist the extension; the test shows nothing", size)
 	}
 }
