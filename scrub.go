@@ -11,6 +11,7 @@ import (
 	"github.com/sluicefs/sluice/checksum"
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/meta"
+	"golang.org/x/time/rate"
 )
 
 // Scrub: read every written block of every file and verify its data
@@ -73,7 +74,10 @@ func (fs *FS) Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 	if fs.sums == nil {
 		return r, nil
 	}
-	lim := rateLimiter{rate: o.BytesPerSecond, start: t0}
+	lim := rate.NewLimiter(rate.Inf, 0)
+	if o.BytesPerSecond > 0 {
+		lim = rate.NewLimiter(rate.Limit(o.BytesPerSecond), scrubChunk)
+	}
 	seen := map[Ino]bool{}
 	var walk func(dir Ino, p string) error
 	walk = func(dir Ino, p string) error {
@@ -93,7 +97,7 @@ func (fs *FS) Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 				}
 			case isReg(e.Type) && !seen[e.Ino]:
 				seen[e.Ino] = true
-				if err := fs.scrubFile(ctx, e.Ino, child, r, &lim); err != nil {
+				if err := fs.scrubFile(ctx, e.Ino, child, r, lim); err != nil {
 					return err
 				}
 			}
@@ -106,7 +110,7 @@ func (fs *FS) Scrub(ctx context.Context, o ScrubOptions) (*ScrubReport, error) {
 }
 
 // scrubFile verifies the written blocks of inode ino (at path p).
-func (fs *FS) scrubFile(ctx context.Context, ino Ino, p string, r *ScrubReport, lim *rateLimiter) error {
+func (fs *FS) scrubFile(ctx context.Context, ino Ino, p string, r *ScrubReport, lim *rate.Limiter) error {
 	in, err := fs.getInode(ino)
 	if err == syscall.ENOENT {
 		return nil // unlinked meanwhile
@@ -141,12 +145,14 @@ func (fs *FS) scrubFile(ctx context.Context, ino Ino, p string, r *ScrubReport, 
 			k := min(x.n-done, uint64(scrubChunk/bs))
 			b := buf[:int64(k)*bs]
 			dev := x.dev + done
+			if err := lim.WaitN(ctx, len(b)); err != nil {
+				return err
+			}
 			if err := device.ReadAt(fs.dev, b, int64(dev)*bs); err != nil {
 				return fmt.Errorf("%s: reading device block %d: %w", p, dev, eio(err))
 			}
 			r.Blocks += int64(k)
 			r.Bytes += int64(len(b))
-			lim.wait(ctx, r.Bytes)
 			for i := uint64(0); i < k; i++ {
 				fb, db := x.fb+done+i, dev+i
 				if _, err := fs.sums.Verify(db, b[int64(i)*bs:int64(i+1)*bs]); err != nil && in.stillDamaged(fb, db) {
@@ -188,24 +194,3 @@ func (in *inode) stillDamaged(fb, dev uint64) bool {
 }
 
 func isMissing(err error) bool { return errors.Is(err, checksum.ErrMissing) }
-
-// rateLimiter paces reads to rate bytes per second since start (0: no
-// limit).
-type rateLimiter struct {
-	rate  int64
-	start time.Time
-}
-
-// wait sleeps until done bytes are within the rate.
-func (l *rateLimiter) wait(ctx context.Context, done int64) {
-	if l.rate <= 0 {
-		return
-	}
-	due := l.start.Add(time.Duration(float64(done) / float64(l.rate) * float64(time.Second)))
-	if d := time.Until(due); d > 0 {
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-}
