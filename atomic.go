@@ -100,6 +100,11 @@ func (fs *FS) atomicWriteCheck(k *kiocb) error {
 	return nil
 }
 
+// writesOutOfPlace reports whether direct write k puts every written block
+// it covers out of place: an untorn write, or any write on a checksummed
+// volume (sums.go).
+func (in *inode) writesOutOfPlace(k *kiocb) bool { return k.atomic || in.fs.sums != nil }
+
 // cowSegsLocked returns the written segments of segs (the mapping of a
 // range, holes already allocated), which an untorn or checksummed write
 // puts out of place: durable blocks, pending remaps and pending

@@ -201,7 +201,7 @@ func (in *inode) directWriteAligned(k *kiocb) (int, error) {
 	// turns: the second finds it remapped, and writes it in place.
 	var rng *iolock.Range
 	first, nb := fs.blockRange(k.off, k.off+int64(len(k.buf)))
-	if k.atomic || fs.sums != nil {
+	if in.writesOutOfPlace(k) {
 		// Untorn, or checksummed: every written block goes out of place
 		// (atomic.go, sums.go), the range held until the remap, as for
 		// shared blocks.
@@ -597,7 +597,7 @@ func (in *inode) planWrite(op *dioOp, buf []byte, off int64, nowait bool, allocT
 		}
 		segs = m.Lookup(first, nb, segs[:0])
 	}
-	if op.k.atomic || fs.sums != nil {
+	if in.writesOutOfPlace(op.k) {
 		cow := cowSegsLocked(segs)
 		if op.k.atomic && len(cow) == 0 {
 			fs.counters.AtomicWritesInPlace.Add(1)
