@@ -107,8 +107,7 @@ func (fs *FS) setSums(buf []byte, off int64) {
 		fs.counters.SumPartialWrites.Add(1)
 		return
 	}
-	fs.sums.Set(uint64(off/bs), buf)
-	if fs.sums.Dirty() > sumFlushChunks && fs.sumFlushing.CompareAndSwap(false, true) {
+	if fs.sums.Set(uint64(off/bs), buf) > sumFlushChunks && fs.sumFlushing.CompareAndSwap(false, true) {
 		// Writes that commit nothing (into preallocated blocks, whose
 		// conversions wait for the sync point) would otherwise pile
 		// their checksums up for one transaction, past what etcd takes.

@@ -85,8 +85,9 @@ func (t *Table) Load(r meta.Reader) error {
 }
 
 // Set records the checksums of the whole blocks of buf, written from
-// device block dev on. len(buf) must be a multiple of the block size.
-func (t *Table) Set(dev uint64, buf []byte) {
+// device block dev on, and returns how many chunks then await a Flush.
+// len(buf) must be a multiple of the block size.
+func (t *Table) Set(dev uint64, buf []byte) (dirty int) {
 	n := int64(len(buf)) / t.bs
 	sums := make([]uint32, 0, 16)
 	for i := int64(0); i < n; i++ {
@@ -106,6 +107,7 @@ func (t *Table) Set(dev uint64, buf []byte) {
 		c.Sums[j] = s
 		t.dirty[chunk] = struct{}{}
 	}
+	return len(t.dirty)
 }
 
 // Get returns the checksum of device block b, if it has one.
