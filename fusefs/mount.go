@@ -143,6 +143,8 @@ func (fs *FS) serverConfig(euid int) (fuseserver.Config, error) {
 		FsName:        o.FsName,
 		MaxWrite:      o.MaxWrite,
 		MaxBackground: o.MaxBackground,
+		MaxReadAhead:  max(o.ReadAhead, 0),
+		DirtyRatio:    max(o.DirtyRatio, 0),
 		Capabilities:  capabilities,
 		Transport:     o.Transport,
 		URingDepth:    o.URingDepth,

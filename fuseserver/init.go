@@ -73,5 +73,6 @@ func (s *Server) initReply(in *fuse.InitIn, out *fuse.InitOut, offerURing bool) 
 	if s.cfg.MaxReadAhead > 0 && uint32(s.cfg.MaxReadAhead) < out.MaxReadAhead {
 		out.MaxReadAhead = uint32(s.cfg.MaxReadAhead)
 	}
+	// A bigger window is set through the bdi after this reply (tuneBDI).
 	return negotiated{minor: minor, flags: granted, maxWrite: s.cfg.MaxWrite, maxPages: maxPages}, nil
 }

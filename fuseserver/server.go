@@ -81,8 +81,15 @@ type Config struct {
 	// MaxWrite is the largest WRITE (and READ) the kernel sends, in
 	// bytes; a multiple of the page size, at most 1 MiB on Linux.
 	MaxWrite int
-	// MaxReadAhead caps the kernel's readahead (0: the kernel's).
+	// MaxReadAhead is the kernel's readahead window for the mount, in
+	// bytes, set through the mount's bdi (read_ahead_kb) when the server
+	// runs as root, since INIT can only lower FUSE's 128 KiB (0: the
+	// kernel's).
 	MaxReadAhead int
+	// DirtyRatio is the mount's share, in percent, of the kernel's dirty
+	// page limit (the bdi's max_ratio; FUSE's is 1), set when the server
+	// runs as root (0: the kernel's).
+	DirtyRatio int
 	// MaxBackground is how many background requests (readahead,
 	// writeback, async direct I/O) the kernel keeps in flight.
 	MaxBackground int
@@ -199,6 +206,7 @@ func Mount(fs FileSystem, dir string, cfg Config) (*Server, error) {
 	if s.stDev, err = mountDev(dir); err != nil {
 		s.logger.Printf("fuseserver: the mount's device number: %v", err)
 	}
+	s.tuneBDI() // after the INIT reply, which would lower the readahead again
 	if a, ok := fs.(Attacher); ok {
 		a.Attach(s)
 	}
