@@ -592,3 +592,78 @@ func TestReadOnlyMount(t *testing.T) {
 	}
 	checkVolume(t, vol)
 }
+
+// TestSyncThenFsyncRootSurvivesKill9: files written buffered and never
+// fsynced, a new directory and a rename survive a kill -9 of the daemon
+// right after `sync; sync MOUNTPOINT` (sync(2), then fsync of the mount's
+// root, which sluice answers with a sync point of the whole volume). The
+// control runs sync(2) alone: Linux does not send SYNCFS to a /dev/fuse or
+// io_uring daemon, so the files reach sluice but not its metadata's
+// stable storage, and the kill loses them. The background sync is held
+// off (--sync-interval 1h) so that only the syncs under test sync.
+func TestSyncThenFsyncRootSurvivesKill9(t *testing.T) {
+	requireFUSE(t)
+	for _, c := range []struct {
+		name      string
+		fsyncRoot bool
+	}{{"sync-and-fsync-root", true}, {"sync-only", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			vol, mnt := volumeAndMountpoint(t)
+			d := startDaemon(t, vol, mnt, "--sync-interval", "1h")
+			want := map[string][]byte{}
+			if err := os.Mkdir(filepath.Join(mnt, "dir"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 6 {
+				name := fmt.Sprintf("dir/f%d", i)
+				data := pattern(5000+i*40000, byte(i+1)) // unaligned sizes
+				if err := os.WriteFile(filepath.Join(mnt, name), data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				want[name] = data
+			}
+			if err := os.Rename(filepath.Join(mnt, "dir/f5"), filepath.Join(mnt, "renamed")); err != nil {
+				t.Fatal(err)
+			}
+			want["renamed"] = want["dir/f5"]
+			delete(want, "dir/f5")
+			syscall.Sync()
+			if c.fsyncRoot {
+				root, err := os.Open(mnt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := root.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				root.Close()
+			}
+			if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			d.wait(10 * time.Second)
+			if code, out := sluiceCmd(t, "umount", mnt); code != 0 {
+				t.Fatalf("umount of the stale mount: exit %d: %s", code, out)
+			}
+			d2 := startDaemon(t, vol, mnt)
+			lost := 0
+			for name, data := range want {
+				got, err := os.ReadFile(filepath.Join(mnt, name))
+				if err != nil || !bytes.Equal(got, data) {
+					lost++
+					if c.fsyncRoot {
+						t.Errorf("%s: lost or changed after sync, fsync of the root and kill -9 (%d bytes, want %d; %v)", name, len(got), len(data), err)
+					}
+				}
+			}
+			t.Logf("%d of %d files lost", lost, len(want))
+			if !c.fsyncRoot && lost == 0 {
+				t.Errorf("sync(2) alone kept every file: the kernel now reaches the daemon with SYNCFS (or the background sync ran); this control no longer shows what fsync of the root adds")
+			}
+			if code := d2.umount(mnt); code != 0 {
+				t.Fatalf("daemon exit %d after umount\n%s", code, d2.stderr)
+			}
+			checkVolume(t, vol)
+		})
+	}
+}

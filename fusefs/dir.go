@@ -126,9 +126,18 @@ func (fs *FS) ReleaseDir(in *fuse.ReleaseIn) {
 
 // FsyncDir answers FSYNCDIR: namespace changes are committed at once but
 // synced at the next sync point; fsync of the directory makes one.
+//
+// An fsync of the mount's root directory is a sync of the whole file
+// system (SyncAll), what SYNCFS would be: Linux sends FUSE_SYNCFS to
+// virtiofs only, so sync(1) and syncfs(2) write the kernel's dirty pages
+// to sluice but never reach it, and `sync MOUNTPOINT` (coreutils: fsync of
+// the directory) is how a user makes everything durable.
 func (fs *FS) FsyncDir(cancel <-chan struct{}, in *fuse.FsyncIn) fuse.Status {
 	t := fs.start()
 	defer fs.done(opFsyncdir, t)
+	if in.NodeId == fuse.FUSE_ROOT_ID {
+		return fs.toStatus("fsyncdir", in.NodeId, fs.eng.SyncAll())
+	}
 	h, st := fs.getHandle(in.Fh)
 	if !st.Ok() {
 		return st

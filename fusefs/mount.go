@@ -23,7 +23,8 @@ import (
 // errors it returns.
 var (
 	// ErrStaleMount: the directory is a FUSE mount whose daemon died
-	// (stat fails with ENOTCONN, "transport endpoint is not connected").
+	// (stat fails with ENOTCONN, "transport endpoint is not connected", or
+	// ECONNABORTED; see ConnectionGone).
 	ErrStaleMount = errors.New("stale mount")
 	// ErrNoMountpoint: the directory does not exist.
 	ErrNoMountpoint = errors.New("mount point does not exist")
@@ -39,7 +40,7 @@ var (
 func CheckMountpoint(dir string) error {
 	fi, err := os.Stat(dir)
 	switch {
-	case errors.Is(err, syscall.ENOTCONN):
+	case ConnectionGone(err):
 		return fmt.Errorf("%s: %w left by a sluice daemon that died (transport endpoint is not connected); clear it with: sluice umount %s (or: fusermount3 -u %s)",
 			dir, ErrStaleMount, dir, dir)
 	case errors.Is(err, os.ErrNotExist):
@@ -53,6 +54,14 @@ func CheckMountpoint(dir string) error {
 		return fmt.Errorf("%s: %w (volume %s); unmount it first with: sluice umount %s", dir, ErrMounted, m.Source, dir)
 	}
 	return nil
+}
+
+// ConnectionGone reports whether err is what a FUSE mount whose daemon
+// died answers: ENOTCONN, or ECONNABORTED while the kernel is still
+// tearing down an io_uring connection (a request that meets the aborted
+// rings fails with it).
+func ConnectionGone(err error) bool {
+	return errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // MountInfo describes one mount from /proc/self/mountinfo: its mount
@@ -228,7 +237,7 @@ func Unmount(dir string, o UnmountOptions) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(abs); errors.Is(err, syscall.ENOTCONN) {
+	if _, err := os.Stat(abs); ConnectionGone(err) {
 		o.Lazy = true
 	}
 	if o.Force {

@@ -83,6 +83,7 @@ volume; it is removed at unmount (and replaced, if a killed mount left it).`,
 	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
 	fl.StringVar(&f.transport, "transport", "devfuse", "how FUSE requests travel, the `TRANSPORT`: devfuse, auto (io_uring when the kernel offers it) or uring")
 	fl.BoolVar(&f.uringThread, "uring-thread-issuer", false, "with io_uring: issue ring commands from one thread per queue instead of the kernel's polling thread")
+	fl.DurationVar(&f.syncInterval, "sync-interval", 5*time.Second, "how often (`DURATION`) the background syncer makes completed writes durable without an fsync")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
 	addEtcdFlags(fl, &f.etcd, false)
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", etcdkv.DefaultLeaseTTL, "volumes in etcd: the TTL of this host's lease on the volume (`DURATION`, whole seconds): how soon after a crash another host may take the volume over")
@@ -101,7 +102,7 @@ type mountFlags struct {
 	opts                                               optList
 	debug, writeback, strictDIO, uringThread, standby  bool
 	maxBackground                                      int
-	grace, leaseTTL, ioBound                           time.Duration
+	grace, leaseTTL, ioBound, syncInterval             time.Duration
 	etcd                                               etcdFlags
 }
 
@@ -175,7 +176,10 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	if f.leaseTTL <= 0 || f.ioBound < 0 {
 		return &usageError{"--lease-ttl must be positive and --lease-io-bound not negative"}
 	}
-	eopts := &sluice.Options{Policy: &pol, CacheSizeBytes: cacheBytes, ReadOnly: readOnly}
+	if f.syncInterval <= 0 {
+		return fmt.Errorf("--sync-interval %v: must be positive", f.syncInterval)
+	}
+	eopts := &sluice.Options{Policy: &pol, CacheSizeBytes: cacheBytes, ReadOnly: readOnly, SyncInterval: f.syncInterval}
 	// A standby waits in openEngine: a signal ends the wait.
 	waitCtx, stopWait := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	lease := volume.LeaseOptions{TTL: f.leaseTTL, IOBound: f.ioBound, Standby: f.standby, Mount: mnt, Context: waitCtx,

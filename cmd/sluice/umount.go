@@ -52,7 +52,7 @@ func runUmount(dir string, f *umountFlags, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(dir); errors.Is(err, syscall.ENOTCONN) {
+	if _, err := os.Stat(dir); fusefs.ConnectionGone(err) {
 		if err := fusefs.Unmount(dir, fusefs.UnmountOptions{Lazy: true}); err != nil {
 			return err
 		}
