@@ -13,7 +13,8 @@
 //	mount /dev/fuse; read FUSE_INIT from it; reply with FUSE_INIT_EXT and
 //	FlagOverIOURing (flags2 bit 9), max_write, max_pages
 //	qs, err := Start(Config{Fd: fd, PayloadSize: MaxPayload(maxWrite, maxPages, pageSize)})
-//	per queue, one goroutine:  es, err := q.Wait(es[:0]); hand es to workers
+//	per queue, one goroutine:  err := q.Serve(func(es []*Entry) { answer or hand off each })
+//	                           (IssueSQPoll, IssueThread: es, err := q.Wait(es[:0]) in a loop)
 //	per request, any goroutine: decode e.InHeader()/e.OpIn()/e.Payload()[:e.PayloadLen()],
 //	                            write fuse_out_header to e.InHeader() and out-args to e.Payload(),
 //	                            q.Commit(e, n)
@@ -128,7 +129,21 @@
 // So no goroutine of the caller ever issues a command. Config.Issuer
 // chooses who does:
 //
-//   - IssueSQPoll (default): every queue's ring is created with
+//   - IssueOwner (default): each queue has an owner goroutine locked to
+//     its own OS thread for the queue's life, which registers the
+//     entries and runs Serve's loop, libfuse's model: one io_uring_enter
+//     submits every reply committed since the last pass and waits; the
+//     owner reaps every request that arrived and calls Serve's function
+//     with them on its own thread, where the server answers what is quick
+//     (a Commit there is a few stores) and hands off the rest. A Commit
+//     from another goroutine publishes its SQE under the SQ mutex and, if
+//     it finds the owner asleep (sleeping, set by the owner under the same
+//     mutex before it enters), writes an eventfd whose read the owner
+//     keeps armed on its ring; so either the owner's enter submits the
+//     SQE or the eventfd wakes it, and no commit is left behind. The
+//     owner is also the thread whose task work delivers requests, and no
+//     other goroutine ever runs on it. Nothing spins.
+//   - IssueSQPoll: every queue's ring is created with
 //     IORING_SETUP_SQPOLL, all of a connection's rings attached to one SQ
 //     polling kernel thread (IORING_SETUP_ATTACH_WQ), which issues every
 //     command and runs the task work. While it polls, Commit is a few
@@ -142,9 +157,9 @@
 //     wakes that thread from its futex sleep. Nothing spins, but every
 //     burst costs a goroutine wake-up and a system call.
 //
-// Measured on a 2-core VM shared with other work (load 7-15), with
-// BenchmarkGetattr: stat(2) of the root, one GETATTR each, one request in
-// flight, per request:
+// Measured before IssueOwner on a 2-core VM shared with other work (load
+// 7-15), with BenchmarkGetattr: stat(2) of the root, one GETATTR each,
+// one request in flight, per request:
 //
 //	/dev/fuse, answered by its reader                 7-9 us
 //	SQPOLL, answered on the Wait goroutine           18-27 us
@@ -167,8 +182,9 @@
 //
 // # Concurrency
 //
-//   - Wait: one goroutine per queue at a time. It owns the queue's
-//     completion side.
+//   - Serve (IssueOwner): one per queue, once; its function runs on the
+//     owner's thread. Wait (the other issuers): one goroutine per queue
+//     at a time. Either owns the queue's completion side.
 //   - Commit: any number of goroutines, concurrently with each other and
 //     with Wait. Commits are serialised only while they fill an SQE
 //     (a mutex, no system call inside it).
@@ -176,13 +192,15 @@
 //     passes it to Commit; the kernel does not touch its buffers meanwhile.
 //     Commit checks that an entry is committed once per arrival.
 //   - Stats: any goroutine.
-//   - Close: any goroutine, once. It wakes a blocked Wait (which returns
-//     ErrClosed), waits for it to return, makes later Commits return
+//   - Close: any goroutine, once. It wakes a blocked Wait or the owner
+//     (Serve returns ErrClosed), waits for it to return (the owner
+//     submits the last commits and ends), makes later Commits return
 //     ErrClosed, and closes the ring.
 //
 // Lock order, where nested:
 //
 //	Queue.closeMu (read by Commit, write by Close)
-//	  Queue.sqMu (filling an SQE)
-//	Queue.waitMu (Wait, Close, Start) is never held with the others.
+//	  Queue.sqMu (filling an SQE; the owner's sleeping flag)
+//	Queue.waitMu (Wait, the owner's reaping, Close, Start) is never held
+//	with the others.
 package fuseuring

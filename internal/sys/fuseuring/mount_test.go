@@ -130,7 +130,7 @@ func skipUnlessCapable(tb testing.TB) {
 
 // forEachIssuer runs test once per Issuer.
 func forEachIssuer(t *testing.T, test func(*testing.T, Issuer)) {
-	for _, iss := range []Issuer{IssueSQPoll, IssueThread} {
+	for _, iss := range []Issuer{IssueOwner, IssueSQPoll, IssueThread} {
 		t.Run(iss.String(), func(t *testing.T) { test(t, iss) })
 	}
 }
@@ -236,10 +236,7 @@ func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 		waiters.Add(1)
 		go func() {
 			defer waiters.Done()
-			var batch []*Entry
-			for {
-				var err error
-				batch, err = q.Wait(batch[:0])
+			handle := func(batch []*Entry) {
 				for _, e := range batch {
 					if mode == serveInline {
 						if err := q.Commit(e, m.serveEntry(e)); err != nil && !errors.Is(err, ErrClosed) {
@@ -249,14 +246,21 @@ func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 					}
 					work <- e
 				}
-				if err != nil {
-					m.waitLog.Lock()
-					m.waitLog.errs = append(m.waitLog.errs, err)
-					m.waitLog.Unlock()
-					m.waitErrs <- err
-					return
+			}
+			var err error
+			if issuer == IssueOwner {
+				err = q.Serve(handle)
+			} else {
+				var batch []*Entry
+				for err == nil {
+					batch, err = q.Wait(batch[:0])
+					handle(batch)
 				}
 			}
+			m.waitLog.Lock()
+			m.waitLog.errs = append(m.waitLog.errs, err)
+			m.waitLog.Unlock()
+			m.waitErrs <- err
 		}()
 	}
 	m.pollHack()
@@ -278,12 +282,21 @@ func mountTest(t testing.TB, mode serveMode, issuer Issuer) *testMount {
 // FUSE_POLL and waits, in a raw system call that keeps its P. Two such
 // opens at once on a 2-CPU machine hold every P, and the goroutines that
 // would answer never run. (go-fuse does the same at mount.)
+//
+// The open and the poll are made with non-raw system calls (unix.Open,
+// unix.Poll), not os.Open, whose netpoller registration calls epoll_ctl
+// raw: a raw system call keeps its P, and a garbage collection that starts
+// meanwhile waits for that P while the request waits for a server
+// goroutine the collection has stopped.
 func (m *testMount) pollHack() {
 	done := make(chan error, 1)
 	go func() {
-		f, err := os.Open(filepath.Join(m.dir, "x"))
+		fd, err := unix.Open(filepath.Join(m.dir, "x"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err == nil {
-			err = f.Close()
+			_, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+			if cerr := unix.Close(fd); err == nil {
+				err = cerr
+			}
 		}
 		done <- err
 	}()
@@ -612,6 +625,8 @@ func BenchmarkGetattr(b *testing.B) {
 		mode   serveMode
 		issuer Issuer
 	}{
+		{"owner-workers", serveWorkers, IssueOwner},
+		{"owner-inline", serveInline, IssueOwner},
 		{"sqpoll-workers", serveWorkers, IssueSQPoll},
 		{"sqpoll-inline", serveInline, IssueSQPoll},
 		{"thread-workers", serveWorkers, IssueThread},

@@ -55,7 +55,7 @@ type Config struct {
 	SQPollIdle time.Duration
 	// Issuer says which thread issues the ring commands, and so runs the
 	// kernel's task work that delivers requests (see the package
-	// documentation). The default value is IssueSQPoll.
+	// documentation). The default value is IssueOwner.
 	Issuer Issuer
 }
 
@@ -63,11 +63,21 @@ type Config struct {
 type Issuer int
 
 const (
+	// IssueOwner: each queue has an owner goroutine, locked to its own OS
+	// thread, which registers the entries and then runs Serve's loop:
+	// one io_uring_enter submits every reply committed since its last
+	// pass and waits for the next requests, which it hands to Serve's
+	// function on the same thread. A Commit made there costs no system
+	// call; a Commit from another goroutine publishes its SQE and, only
+	// if the owner sleeps in the kernel, wakes it through an eventfd whose
+	// read is always armed on the ring. Nothing spins. Queues are served
+	// with Serve, not Wait.
+	IssueOwner Issuer = iota
 	// IssueSQPoll: one SQ polling kernel thread per connection issues
 	// every command (IORING_SETUP_SQPOLL, IORING_SETUP_ATTACH_WQ). A
 	// Commit while it polls makes no system call; it spins for
 	// Config.SQPollIdle after each burst.
-	IssueSQPoll Issuer = iota
+	IssueSQPoll
 	// IssueThread: one OS thread per queue, locked to an internal
 	// goroutine that does nothing but io_uring_enter, issues the
 	// commands. A Commit wakes it through a channel (commits that arrive
@@ -77,12 +87,24 @@ const (
 
 func (i Issuer) String() string {
 	switch i {
+	case IssueOwner:
+		return "owner"
 	case IssueSQPoll:
 		return "sqpoll"
 	case IssueThread:
 		return "thread"
 	}
 	return fmt.Sprintf("Issuer(%d)", int(i))
+}
+
+// ParseIssuer parses owner, sqpoll or thread.
+func ParseIssuer(s string) (Issuer, error) {
+	for _, i := range []Issuer{IssueOwner, IssueSQPoll, IssueThread} {
+		if s == i.String() {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown io_uring issuer %q (want owner, sqpoll or thread)", s)
 }
 
 // DefaultPayloadSize is Config.PayloadSize's default.
@@ -127,7 +149,7 @@ func (c Config) Validate() error {
 	if c.PayloadSize < MinReadBuffer || c.PayloadSize > 1<<30 {
 		errs = append(errs, fmt.Errorf("bad PayloadSize %d: outside [%d, 1 GiB]", c.PayloadSize, MinReadBuffer))
 	}
-	if c.Issuer != IssueSQPoll && c.Issuer != IssueThread {
+	if c.Issuer != IssueOwner && c.Issuer != IssueSQPoll && c.Issuer != IssueThread {
 		errs = append(errs, fmt.Errorf("bad Issuer %d", int(c.Issuer)))
 	}
 	if c.SQPollIdle < time.Millisecond || c.SQPollIdle > 10*time.Second {
@@ -253,6 +275,35 @@ type Queue struct {
 	// because commands were still outstanding. Protected by waitMu.
 	leaked bool
 
+	// The IssueOwner state (owner is false with the other issuers).
+	owner bool // Immutable.
+	// wakeFd is the eventfd whose read is armed on the ring while the
+	// owner serves; a Commit that finds the owner asleep writes it. wakeBuf
+	// (8 bytes of the headers' mapping) receives the read. Immutable.
+	wakeFd  int
+	wakeBuf []byte
+	// sleeping is true while the owner is in (or about to enter) the
+	// io_uring_enter that waits. Set by the owner with sqMu held, so
+	// that a Commit, which publishes and reads it with sqMu held, either
+	// published before the owner's enter (which submits the SQE) or sees
+	// it asleep and wakes it. Cleared by the owner alone.
+	sleeping atomic.Bool
+	// rearm is set when the wake-up read completed and must be armed
+	// again. Owned by the owner goroutine.
+	rearm bool
+	// registered carries the result of the owner's register to Start.
+	registered chan error
+	// serveCh hands Serve's function to the owner; serveErr carries back
+	// the error that ends it (buffered, one per Serve).
+	serveCh  chan func([]*Entry)
+	serveErr chan error
+	// closing is closed by Close, releasing an owner that waits for
+	// Serve; ownerDone is closed when the owner goroutine returns.
+	closing   chan struct{}
+	ownerDone chan struct{}
+	// enters counts the owner's io_uring_enter calls (for tests).
+	enters atomic.Uint64
+
 	// kick wakes the IssueThread goroutine; nil with IssueSQPoll. Closed
 	// by Close, with waitMu held, after closed is set.
 	kick chan struct{}
@@ -269,8 +320,11 @@ type Queue struct {
 }
 
 // nopUserData tags the NOPs that Start submits after the REGISTERs and
-// Close submits to wake Wait.
-const nopUserData = ^uint64(0)
+// Close submits to wake Wait; wakeUserData the owner's eventfd read.
+const (
+	nopUserData  = ^uint64(0)
+	wakeUserData = ^uint64(1)
+)
 
 // Start creates one io_uring (SQE128) per queue, registers cfg.Depth
 // entries on each and returns the queues, indexed by queue ID. Once every
@@ -313,7 +367,12 @@ func Start(cfg Config) ([]*Queue, error) {
 			return fail(err)
 		}
 		qs = append(qs, q)
-		if err := q.register(); err != nil {
+		if q.owner {
+			err = <-q.registered
+		} else {
+			err = q.register()
+		}
+		if err != nil {
 			return fail(err)
 		}
 	}
@@ -328,10 +387,10 @@ const entStride = 384
 // newQueue creates queue qid's ring, attached to the SQ polling thread of
 // the ring attach unless it is -1, and its entries.
 func newQueue(cfg Config, qid, attach int) (*Queue, error) {
-	q := &Queue{qid: qid, fd: cfg.Fd}
-	// Each entry has at most one command outstanding and Close or Start
-	// one NOP, so an SQ of Depth+1 and the default CQ of twice that never
-	// fill.
+	q := &Queue{qid: qid, fd: cfg.Fd, owner: cfg.Issuer == IssueOwner, wakeFd: -1}
+	// Each entry has at most one command outstanding, Close or Start one
+	// NOP, and an owner queue its wake-up read, so an SQ of Depth+2 and
+	// the default CQ of twice that never fill.
 	p := &uring.Params{Flags: uring.SetupSQE128}
 	if cfg.Issuer == IssueSQPoll {
 		p.Flags |= uring.SetupSQPoll
@@ -341,12 +400,12 @@ func newQueue(cfg Config, qid, attach int) (*Queue, error) {
 		p.Flags |= uring.SetupAttachWQ
 		p.WQFd = uint32(attach)
 	}
-	r, err := uring.New(uint32(cfg.Depth+1), p)
+	r, err := uring.New(uint32(cfg.Depth+2), p)
 	if err != nil {
 		return nil, fmt.Errorf("fuseuring: queue %d: %w", qid, err)
 	}
 	q.ring = r
-	q.hdrs, err = unix.Mmap(-1, 0, cfg.Depth*entStride, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	q.hdrs, err = unix.Mmap(-1, 0, (cfg.Depth+1)*entStride, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("fuseuring: queue %d: mapping headers: %w", qid, err)
@@ -369,6 +428,22 @@ func newQueue(cfg Config, qid, attach int) (*Queue, error) {
 		e.iov[1] = unix.Iovec{Base: &e.payload[0], Len: uint64(len(e.payload))}
 	}
 	q.cqes = make([]uring.CQE, r.CQEntries())
+	if q.owner {
+		q.wakeBuf = q.hdrs[cfg.Depth*entStride : cfg.Depth*entStride+8 : cfg.Depth*entStride+8]
+		q.wakeFd, err = unix.Eventfd(0, unix.EFD_CLOEXEC)
+		if err != nil {
+			unix.Munmap(q.pays)
+			unix.Munmap(q.hdrs)
+			r.Close()
+			return nil, fmt.Errorf("fuseuring: queue %d: eventfd: %w", qid, err)
+		}
+		q.registered = make(chan error, 1)
+		q.serveCh = make(chan func([]*Entry))
+		q.serveErr = make(chan error, 1)
+		q.closing = make(chan struct{})
+		q.ownerDone = make(chan struct{})
+		go q.own()
+	}
 	if cfg.Issuer == IssueThread {
 		q.kick = make(chan struct{}, 1)
 		q.issuerDone = make(chan struct{})
@@ -424,9 +499,16 @@ func (q *Queue) register() error {
 	sqe.PrepNop()
 	sqe.UserData = nopUserData
 	q.inflight.Add(1)
+	if q.owner {
+		q.armWakeLocked()
+	}
 	q.ring.Publish()
 	q.sqMu.Unlock()
-	if err := q.submit(); err != nil {
+	submit := q.submit
+	if q.owner {
+		submit = q.submitOwned
+	}
+	if err := submit(); err != nil {
 		return err
 	}
 	q.waitMu.Lock()
@@ -444,11 +526,15 @@ func (q *Queue) register() error {
 	return q.entErr
 }
 
-// submit makes sure the published SQEs get issued: with IssueThread it
-// kicks the issuer; with IssueSQPoll it wakes the polling thread if it
-// sleeps, retrying while io_uring_enter reports a transient shortage
-// (EAGAIN, EBUSY; EINTR is retried by uring).
+// submit makes sure the published SQEs get issued: with IssueOwner it
+// wakes the owner (its next io_uring_enter submits them); with
+// IssueThread it kicks the issuer; with IssueSQPoll it wakes the polling
+// thread if it sleeps, retrying while io_uring_enter reports a transient
+// shortage (EAGAIN, EBUSY; EINTR is retried by uring).
 func (q *Queue) submit() error {
+	if q.owner {
+		return q.wakeOwner()
+	}
 	if q.kick != nil {
 		select {
 		case q.kick <- struct{}{}:
@@ -485,6 +571,160 @@ func (q *Queue) waitCQE() error {
 	return fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
 }
 
+// submitOwned hands every published SQE to the kernel from the owner's
+// thread, retrying a transient shortage.
+func (q *Queue) submitOwned() error {
+	for delay := time.Microsecond; ; delay *= 2 {
+		_, err := q.ring.SubmitPublished()
+		q.enters.Add(1)
+		if err == nil {
+			return nil
+		}
+		if !transient(err) || delay > 100*time.Millisecond {
+			return fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// armWakeLocked fills an SQE with the owner's eventfd read.
+//
+// Preconditions: q.sqMu is held; the SQ has room (it is sized for it).
+func (q *Queue) armWakeLocked() {
+	sqe := q.ring.GetSQE()
+	sqe.PrepRead(q.wakeFd, q.wakeBuf, 0)
+	sqe.UserData = wakeUserData
+	q.inflight.Add(1)
+}
+
+// wakeOwner makes the owner leave its io_uring_enter: the eventfd write
+// completes the read armed on the ring (or, if the read is being armed
+// again, makes it complete at once).
+func (q *Queue) wakeOwner() error {
+	var one = [8]byte{1}
+	for {
+		_, err := unix.Write(q.wakeFd, one[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("fuseuring: queue %d: waking the owner: %w", q.qid, err)
+		}
+		return nil
+	}
+}
+
+// own is the IssueOwner goroutine: locked to its OS thread for life (the
+// thread that issues the queue's commands is the one whose task work
+// delivers requests, and no other goroutine may ever run on it), it
+// registers the entries, waits for Serve (or Close) and runs the serving
+// loop until Close.
+func (q *Queue) own() {
+	runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+	defer close(q.ownerDone)
+	q.registered <- q.register()
+	var handle func([]*Entry)
+	select {
+	case handle = <-q.serveCh:
+	case <-q.closing:
+	}
+	q.serve(handle)
+}
+
+// serve is the owner's loop: reap every arrived request and hand the batch
+// to handle (nil once Serve has returned), then submit everything
+// published and sleep in one io_uring_enter until something completes.
+// After Close it submits what is still published and returns.
+func (q *Queue) serve(handle func([]*Entry)) {
+	var batch []*Entry
+	done := func(err error) {
+		if handle != nil {
+			q.serveErr <- err
+			handle = nil
+		}
+	}
+	for {
+		q.waitMu.Lock()
+		batch = append(batch[:0], q.rdy...)
+		q.rdy = q.rdy[:0]
+		batch = q.reapLocked(batch)
+		var err error
+		switch {
+		case q.entErr != nil:
+			err, q.entErr = q.entErr, nil
+		case q.stopErr != nil && len(batch) == 0:
+			err = q.stopErr
+		}
+		q.waitMu.Unlock()
+		if q.rearm && !q.closed.Load() {
+			q.rearm = false
+			q.sqMu.Lock()
+			q.armWakeLocked()
+			q.ring.Publish()
+			q.sqMu.Unlock()
+		}
+		if len(batch) > 0 && handle != nil {
+			handle(batch)
+		}
+		if err != nil {
+			done(err)
+		}
+		if q.closed.Load() {
+			done(ErrClosed)
+			// Close published its NOP after closed was set; no Commit
+			// publishes any more.
+			if err := q.submitOwned(); err != nil {
+				q.issueErr.CompareAndSwap(nil, &err)
+			}
+			return
+		}
+		q.sqMu.Lock()
+		q.sleeping.Store(true)
+		q.sqMu.Unlock()
+		_, err = q.ring.Enter(q.ring.SQEntries(), 1)
+		q.sleeping.Store(false)
+		q.enters.Add(1)
+		if err != nil {
+			if transient(err) {
+				time.Sleep(100 * time.Microsecond)
+				continue
+			}
+			done(fmt.Errorf("fuseuring: queue %d: %w", q.qid, err))
+			time.Sleep(10 * time.Millisecond) // a broken ring: do not spin until Close
+		}
+	}
+}
+
+// Serve serves the queue of an IssueOwner connection: the queue's owner
+// thread calls handle with every batch of requests that arrived, until the
+// connection ends (Serve returns an error wrapping ErrStopped), an entry
+// fails (an error naming it; see Wait) or Close (ErrClosed). handle runs
+// on the owner's thread, so requests are delivered only between its
+// calls: it should answer at once what is quick, with Commit (which there
+// costs no system call: the owner's next io_uring_enter submits it), and
+// hand the rest to other goroutines, which Commit when done. handle must
+// never make a request on the FUSE mount itself.
+//
+// One Serve per queue, once.
+func (q *Queue) Serve(handle func(batch []*Entry)) error {
+	if !q.owner {
+		return fmt.Errorf("fuseuring: queue %d: Serve needs IssueOwner (use Wait)", q.qid)
+	}
+	if handle == nil {
+		return fmt.Errorf("fuseuring: queue %d: Serve with a nil function", q.qid)
+	}
+	select {
+	case q.serveCh <- handle:
+	case <-q.ownerDone:
+		return ErrClosed
+	}
+	return <-q.serveErr
+}
+
+// Enters returns the number of io_uring_enter calls an IssueOwner queue's
+// owner has made.
+func (q *Queue) Enters() uint64 { return q.enters.Load() }
+
 func transient(err error) bool {
 	return errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY)
 }
@@ -499,6 +739,12 @@ func transient(err error) bool {
 //
 // Only one goroutine may be in Wait at a time.
 func (q *Queue) Wait(dst []*Entry) ([]*Entry, error) {
+	if q.owner {
+		if q.closed.Load() {
+			return dst, ErrClosed
+		}
+		return dst, fmt.Errorf("fuseuring: queue %d: Wait on an IssueOwner queue (use Serve)", q.qid)
+	}
 	q.waitMu.Lock()
 	defer q.waitMu.Unlock()
 	if q.closed.Load() {
@@ -545,6 +791,10 @@ func (q *Queue) reapLocked(dst []*Entry) []*Entry {
 			q.inflight.Add(-1)
 			if c.UserData == nopUserData {
 				q.nops++
+				continue
+			}
+			if c.UserData == wakeUserData {
+				q.rearm = true
 				continue
 			}
 			if c.UserData >= uint64(len(q.ents)) {
@@ -671,9 +921,13 @@ func (q *Queue) Commit(e *Entry, payloadLen int) error {
 	*(*cmdReq)(unsafe.Pointer(&sqe.Cmd()[0])) = cmdReq{CommitID: e.commitID, QID: uint16(q.qid)}
 	q.inflight.Add(1)
 	q.ring.Publish()
+	// An owner that is not asleep submits this SQE with its next enter.
+	wake := !q.owner || q.sleeping.Load()
 	q.sqMu.Unlock()
-	if err := q.submit(); err != nil {
-		return err
+	if wake {
+		if err := q.submit(); err != nil {
+			return err
+		}
 	}
 	q.commits.Add(1)
 	return nil
@@ -726,6 +980,14 @@ func (q *Queue) Close() error {
 	}
 	q.sqMu.Unlock()
 	werr := q.submit()
+	if q.owner {
+		// The owner submits the NOP and the last commits, and ends.
+		close(q.closing)
+		<-q.ownerDone
+		if p := q.issueErr.Load(); p != nil && werr == nil {
+			werr = *p
+		}
+	}
 
 	q.waitMu.Lock()
 	defer q.waitMu.Unlock()
@@ -752,6 +1014,9 @@ func (q *Queue) Close() error {
 	}
 	if err := q.ring.Close(); err != nil {
 		errs = append(errs, err)
+	}
+	if q.wakeFd >= 0 {
+		unix.Close(q.wakeFd)
 	}
 	if q.inflight.Load() <= 0 {
 		errs = append(errs, unmap(q.hdrs), unmap(q.pays))
