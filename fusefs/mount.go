@@ -15,7 +15,6 @@ import (
 
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/fuseserver"
-	"github.com/sluicefs/sluice/internal/sys/fuseuring"
 	"github.com/sluicefs/sluice/internal/sys/mountinfo"
 )
 
@@ -157,6 +156,7 @@ func (fs *FS) serverConfig(euid int) (fuseserver.Config, error) {
 		Capabilities:  capabilities,
 		Transport:     o.Transport,
 		URingDepth:    o.URingDepth,
+		URingIssuer:   o.URingIssuer,
 		MountFlags:    km.flags,
 		Options:       km.options,
 		AllowOther:    km.allowOther,
@@ -169,9 +169,6 @@ func (fs *FS) serverConfig(euid int) (fuseserver.Config, error) {
 	}
 	if o.WritebackCache {
 		cfg.Capabilities |= fuse.CAP_WRITEBACK_CACHE
-	}
-	if o.URingThreadIssuer {
-		cfg.URingIssuer = fuseuring.IssueThread
 	}
 	return cfg, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/fuseserver"
+	"github.com/sluicefs/sluice/internal/sys/fuseuring"
 )
 
 // CacheMode says who caches the data of files opened without O_DIRECT.
@@ -196,10 +197,10 @@ type Options struct {
 	// URingDepth is the number of io_uring entries per kernel queue (one
 	// queue per possible CPU). The default value is DefaultURingDepth.
 	URingDepth int
-	// URingThreadIssuer issues io_uring commands from one OS thread per
-	// queue instead of the kernel's SQ polling thread (which spins on a
-	// CPU while requests keep coming). The default value is false.
-	URingThreadIssuer bool
+	// URingIssuer chooses the thread that issues io_uring commands (see
+	// fuseuring.Issuer). The default value is fuseuring.IssueOwner: one
+	// owner thread per queue, which also serves the quick requests.
+	URingIssuer fuseuring.Issuer
 	// Debug logs every FUSE request and reply. The default value is false.
 	Debug bool
 	// Logger receives errors, panics and debug output. The default value is

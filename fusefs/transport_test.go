@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"syscall"
@@ -28,7 +29,8 @@ func transports(t *testing.T) []fuseserver.Transport {
 }
 
 // TestRequestsTravelOverURing checks that with the io_uring transport the
-// requests of a load arrive as ring completions, not on /dev/fuse.
+// requests of a load arrive as ring completions, not on /dev/fuse, and
+// that the owner threads start the aligned O_DIRECT I/O themselves.
 func TestRequestsTravelOverURing(t *testing.T) {
 	if err := fuseuring.Supported(); err != nil || os.Geteuid() != 0 {
 		t.Skipf("FUSE over io_uring needs root and a kernel with it (%v)", err)
@@ -56,7 +58,13 @@ func TestRequestsTravelOverURing(t *testing.T) {
 	after := e.srv.Stats()
 	ring := after.URingRequests - before.URingRequests
 	dev := after.DevFuseRequests - before.DevFuseRequests
-	t.Logf("%d requests on io_uring, %d on /dev/fuse", ring, dev)
+	inline := after.URingInline - before.URingInline
+	t.Logf("%d requests on io_uring (%d served or started on the owner threads), %d on /dev/fuse", ring, inline, dev)
+	if inline < n {
+		// The reads at least: aligned O_DIRECT reads of written blocks
+		// start on the owner thread (fuseserver.AsyncIO).
+		t.Errorf("%d of %d requests served or started on the owner threads, want at least the %d reads", inline, ring, n)
+	}
 	if ring < 2*n {
 		t.Errorf("%d requests on io_uring for %d writes and reads", ring, 2*n)
 	}
@@ -133,5 +141,47 @@ func TestSyncfsReachesDaemon(t *testing.T) {
 	}
 	if n := m.ops[opSyncfs].count.Load(); n == 0 {
 		t.Skip("this kernel does not forward syncfs(2) to FUSE servers (fc->sync_fs is set only for virtiofs); fsync and fsync of a directory are the durable paths")
+	}
+}
+
+// TestQuickRequestsServedInline checks that under io_uring (with the
+// default owner issuer) a quick request, a SETATTR of times, is served on
+// its queue's owner thread, and a truncating SETATTR is handed to its
+// entry's goroutine (fuseserver's handler.quick; Stats.URingInline).
+func TestQuickRequestsServedInline(t *testing.T) {
+	if err := fuseuring.Supported(); err != nil || os.Geteuid() != 0 {
+		t.Skipf("FUSE over io_uring needs root and a kernel with it (%v)", err)
+	}
+	e := newMountEnv(t, envOpts{fuse: Options{Transport: fuseserver.TransportURing}, transportSet: true})
+	f, err := os.Create(e.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	const n = 200
+	before := e.srv.Stats()
+	for i := range n {
+		ts := []unix.Timespec{{Sec: int64(i + 1)}, {Sec: int64(i + 1)}}
+		if err := unix.UtimesNanoAt(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), ts, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mid := e.srv.Stats()
+	for i := range n {
+		if err := unix.Ftruncate(fd, int64(i+1)*512); err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := e.srv.Stats()
+	inline := mid.URingInline - before.URingInline
+	t.Logf("utimes: %d requests, %d inline; ftruncate: %d requests, %d inline",
+		mid.URingRequests-before.URingRequests, inline,
+		after.URingRequests-mid.URingRequests, after.URingInline-mid.URingInline)
+	if inline < n {
+		t.Errorf("%d of %d utimes served on the owner thread", inline, n)
+	}
+	if handed := (after.URingRequests - mid.URingRequests) - (after.URingInline - mid.URingInline); handed < n {
+		t.Errorf("%d requests handed off for %d truncates", handed, n)
 	}
 }

@@ -3,6 +3,7 @@ package fuseserver
 import (
 	"bytes"
 	"strconv"
+	"syscall"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -94,7 +95,18 @@ type handler struct {
 	serve func(s *Server, r *request)
 	// noReply: the kernel expects no answer (FORGET, BATCH_FORGET).
 	noReply bool
+	// quick, when set, reports whether the decoded request may be served
+	// on an io_uring queue's owner thread, which receives the queue's
+	// next requests only once it returns: what reads or updates in-core
+	// state (or the engine's metadata) and never waits for the device,
+	// for a lock held across device I/O, or for the kernel (IOCTL's
+	// exchange invalidates pages, and a page may be locked by a request
+	// queued behind this one). Nil: never (TestQuick pins the set).
+	quick func(r *request) bool
 }
+
+// always is handler.quick for opcodes that are always quick.
+func always(*request) bool { return true }
 
 var handlers [opCount]handler
 
@@ -167,6 +179,14 @@ func init() {
 	set(opRemovemapping, "REMOVEMAPPING", hdr+8, 0, nil)
 	set(opSyncfs, "SYNCFS", hdr+8, 0, doSyncfs)
 	set(opStatx, "STATX", sizeOf[fuse.StatxIn](), sizeOf[fuse.StatxOut](), doStatx)
+	for _, op := range []int{opLookup, opGetattr, opReadlink, opStatfs, opGetxattr, opListxattr,
+		opFlush, opOpendir, opReaddir, opReaddirplus, opReleasedir, opAccess, opLseek, opStatx} {
+		handlers[op].quick = always
+	}
+	// A SETATTR that changes the size truncates (device I/O, zeroing);
+	// an OPEN with O_TRUNC too.
+	handlers[opSetattr].quick = func(r *request) bool { return in[fuse.SetAttrIn](r).Valid&fuse.FATTR_SIZE == 0 }
+	handlers[opOpen].quick = func(r *request) bool { return in[fuse.OpenIn](r).Flags&syscall.O_TRUNC == 0 }
 	for op := range handlers {
 		if handlers[op].inSize > maxInSize || handlers[op].outSize > maxOutSize {
 			panic("fuseserver: request buffers too small for " + handlers[op].name)

@@ -118,3 +118,47 @@ func TestIoctlDecoding(t *testing.T) {
 		}
 	}
 }
+
+// TestQuick pins the requests an io_uring queue's owner thread serves
+// itself (handler.quick): what never waits for the device, for a lock held
+// across device I/O, or for the kernel. A request added here must be
+// checked against those rules; anything that writes data, syncs,
+// truncates, allocates or invalidates kernel pages stays off the list.
+func TestQuick(t *testing.T) {
+	want := map[int]bool{
+		opLookup: true, opGetattr: true, opReadlink: true, opStatfs: true, opGetxattr: true,
+		opListxattr: true, opFlush: true, opOpendir: true, opReaddir: true, opReaddirplus: true,
+		opReleasedir: true, opAccess: true, opLseek: true, opStatx: true,
+	}
+	var r request
+	for op := range handlers {
+		h := &handlers[op]
+		switch op {
+		case opSetattr, opOpen:
+			continue // conditional: below
+		}
+		if got := h.quick != nil; got != want[op] {
+			t.Errorf("%s: quick %v, want %v", h.name, got, want[op])
+		}
+	}
+	setattr := func(valid uint32) bool {
+		*in[fuse.SetAttrIn](&r) = fuse.SetAttrIn{SetAttrInCommon: fuse.SetAttrInCommon{Valid: valid}}
+		return handlers[opSetattr].quick(&r)
+	}
+	if !setattr(fuse.FATTR_MTIME|fuse.FATTR_ATIME) || !setattr(fuse.FATTR_MODE) {
+		t.Error("a SETATTR of times or mode is not quick")
+	}
+	if setattr(fuse.FATTR_SIZE) || setattr(fuse.FATTR_SIZE|fuse.FATTR_MTIME) {
+		t.Error("a truncating SETATTR is quick")
+	}
+	open := func(flags uint32) bool {
+		*in[fuse.OpenIn](&r) = fuse.OpenIn{Flags: flags}
+		return handlers[opOpen].quick(&r)
+	}
+	if !open(0) || !open(2) {
+		t.Error("a plain OPEN is not quick")
+	}
+	if open(2 | 0o1000) { // O_RDWR|O_TRUNC
+		t.Error("an OPEN with O_TRUNC is quick")
+	}
+}

@@ -30,16 +30,34 @@
 // FUSE_OVER_IO_URING, Mount registers Config.URingDepth ring entries on
 // each of the kernel's queues (one per possible CPU); the kernel holds
 // requests back until every queue has its entries, then puts each request
-// into an entry of the queue of the CPU the caller runs on. Per queue one
-// goroutine waits for completions (fuseuring.Queue.Wait) and hands each
-// filled entry to the goroutine that owns it; that goroutine decodes the
-// request from the entry's header and payload buffers, serves it, writes
-// the reply into the same buffers and commits it
-// (FUSE_IO_URING_CMD_COMMIT_AND_FETCH), which answers the request and
-// re-arms the entry in one command. No goroutine of this process issues
-// ring commands: the kernel's SQ polling thread does by default
-// (Config.URingIssuer; fuseuring's package doc says why a Go thread must
-// not). INTERRUPT, FORGET and BATCH_FORGET still travel on /dev/fuse under
+// into an entry of the queue of the CPU the caller runs on. Each queue has
+// an owner thread (fuseuring.IssueOwner, the default Config.URingIssuer)
+// that issues the queue's ring commands and receives its requests
+// (fuseuring.Queue.Serve); for each request it either
+//
+//   - serves it on the spot, if it is quick (handler.quick: LOOKUP,
+//     GETATTR, SETATTR without a size, READLINK, OPEN without O_TRUNC,
+//     STATFS, GETXATTR, LISTXATTR, FLUSH, OPENDIR, READDIR(PLUS),
+//     RELEASEDIR, ACCESS, LSEEK, STATX: in-core or metadata work that
+//     never waits for the device or the kernel);
+//   - starts it, if it is a READ or WRITE the FileSystem can start
+//     without blocking (AsyncIO: fusefs's aligned I/O on engine-direct
+//     handles): answered at once, or answered and committed by the
+//     device completion;
+//   - or hands it to the goroutine that owns its ring entry.
+//
+// Whoever serves the request writes the reply into the entry's buffers
+// and commits it (FUSE_IO_URING_CMD_COMMIT_AND_FETCH), which answers the
+// request and re-arms the entry in one command; the owner's next
+// io_uring_enter submits every commit made since its last one and waits
+// for the next requests. Stats.URingInline counts the requests served or
+// started on the owner. Everything else (data I/O that may block,
+// truncation, syncs, namespace changes, IOCTL, whose exchange waits for
+// the kernel to drop pages) runs on the entry goroutines, so the owner
+// never waits for what a request queued behind it must answer. With the
+// other issuers (sqpoll, thread) a goroutine per queue waits for the
+// requests and hands every one off. No goroutine of this process but the
+// owners issues ring commands (fuseuring's package doc says why). INTERRUPT, FORGET and BATCH_FORGET still travel on /dev/fuse under
 // io_uring (fs/fuse/dev_uring.c queues only ordinary requests), so the
 // /dev/fuse readers keep running on both transports.
 //
@@ -48,7 +66,7 @@
 // starts) up to Config.MaxReaders, and they live as long as the
 // connection; they end only at ENODEV (the connection is gone), retrying
 // every other read error, so that the mount is never left without a
-// reader. On io_uring there is one waiting goroutine per queue and one
+// reader. On io_uring there is one owner thread per queue and one
 // serving goroutine per ring entry, started at the entry's first request.
 // Each serving goroutine owns one request value and reuses it: serving a
 // request allocates nothing of its own.

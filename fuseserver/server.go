@@ -102,7 +102,8 @@ type Config struct {
 	// queue per possible CPU); each holds a MaxWrite payload buffer.
 	URingDepth int
 	// URingIssuer chooses the thread that issues ring commands (see
-	// fuseuring.Issuer): the kernel's SQ polling thread by default.
+	// fuseuring.Issuer): by default each queue's owner thread, which also
+	// serves the quick requests.
 	URingIssuer fuseuring.Issuer
 	// MaxReaders bounds the goroutines reading /dev/fuse; they are
 	// started as the load needs them.
@@ -132,6 +133,9 @@ type Stats struct {
 	// DevFuseRequests and URingRequests count requests by the way they
 	// arrived, INIT included in DevFuseRequests.
 	DevFuseRequests, URingRequests uint64
+	// URingInline counts the io_uring requests served on their queue's
+	// owner thread, without a hand-off (handler.quick).
+	URingInline uint64
 	// Interrupts counts INTERRUPTs; InterruptsMatched those that found
 	// their request in flight.
 	Interrupts, InterruptsMatched uint64
@@ -153,13 +157,15 @@ type Server struct {
 	slotsMu sync.Mutex
 	slots   []*slot
 
-	lastLog                    atomic.Int64 // unix nanoseconds of logEvery's last line
-	devRequests, uringRequests atomic.Uint64
-	interrupts, matched        atomic.Uint64
+	lastLog                                 atomic.Int64 // unix nanoseconds of logEvery's last line
+	devRequests, uringRequests, uringInline atomic.Uint64
+	interrupts, matched                     atomic.Uint64
 
 	dev   *devFuse
 	uring *uringTransport
 	probe pollProbe
+	// async is fs as an AsyncIO, if it is one. Immutable.
+	async AsyncIO
 
 	done chan struct{} // closed when every transport has ended
 }
@@ -187,6 +193,7 @@ func Mount(fs FileSystem, dir string, cfg Config) (*Server, error) {
 		cfg.Name = "fuse"
 	}
 	s := &Server{fs: fs, cfg: cfg, dir: dir, logger: cfg.Logger, done: make(chan struct{})}
+	s.async, _ = fs.(AsyncIO)
 	offer, why, err := s.chooseTransport()
 	if err != nil {
 		return nil, err
@@ -287,6 +294,7 @@ func (s *Server) Stats() Stats {
 	return Stats{
 		DevFuseRequests:   s.devRequests.Load(),
 		URingRequests:     s.uringRequests.Load(),
+		URingInline:       s.uringInline.Load(),
 		Interrupts:        s.interrupts.Load(),
 		InterruptsMatched: s.matched.Load(),
 	}

@@ -5,15 +5,21 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"unsafe"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/sluicefs/sluice/internal/sys/fuseuring"
 )
 
 // uringTransport serves the kernel's FUSE-over-io_uring queues (one per
-// possible CPU). Per queue, one goroutine waits for requests (ring
-// completions) and hands each to the goroutine that owns its ring entry;
-// that goroutine serves the request and commits the reply, which re-arms
-// the entry for the next request. Entry goroutines are started on an
+// possible CPU). Per queue, the owner thread (fuseuring.IssueOwner, the
+// default) receives the requests (ring completions), serves on the spot
+// those that cannot block it (handler.quick) and hands the others to the
+// goroutine that owns their ring entry; that goroutine serves the request
+// and commits the reply, which re-arms the entry for the next request.
+// (With the other issuers a goroutine per queue waits for the requests
+// and hands every one off.) Entry goroutines are started on an
 // entry's first request and live as long as the connection: none is
 // started per request. Reply data is built in the entry's payload buffer
 // (a READ lands there straight from the engine) and WRITE data is served
@@ -72,9 +78,16 @@ type entryWorker struct {
 	q   *fuseuring.Queue
 	ch  chan *fuseuring.Entry
 	req request
+	// ioEntry is the entry whose READ or WRITE the FileSystem queued
+	// (AsyncQueued); ioDone, bound once, completes it. Set by the owner
+	// before the call; the entry is not committed until ioDone runs.
+	ioEntry *fuseuring.Entry
+	ioDone  func(n int, st fuse.Status)
 }
 
-// poll waits for requests on q and hands them to their entries' workers.
+// poll serves q: with the owner issuer, the queue's owner thread calls
+// dispatch with every batch that arrived (fuseuring.Queue.Serve); with
+// the others, this goroutine waits for the batches itself.
 func (u *uringTransport) poll(q *fuseuring.Queue) {
 	defer u.wg.Done()
 	var workers sync.WaitGroup
@@ -85,15 +98,14 @@ func (u *uringTransport) poll(q *fuseuring.Queue) {
 		}
 		workers.Wait()
 	}()
-	var batch []*fuseuring.Entry
-	for {
-		var err error
-		batch, err = q.Wait(batch[:0])
+	owned := u.s.cfg.URingIssuer == fuseuring.IssueOwner
+	dispatch := func(batch []*fuseuring.Entry) {
 		for _, e := range batch {
 			w := owners[e]
 			if w == nil {
 				w = &entryWorker{u: u, q: q, ch: make(chan *fuseuring.Entry, 1)}
 				w.req.slot = u.s.newSlot()
+				w.ioDone = w.completeIO
 				owners[e] = w
 				workers.Add(1)
 				go func() {
@@ -101,22 +113,104 @@ func (u *uringTransport) poll(q *fuseuring.Queue) {
 					w.run()
 				}()
 			}
+			u.s.uringRequests.Add(1)
+			if owned && w.serveOnOwner(e) {
+				continue
+			}
 			w.ch <- e
 		}
-		if err != nil {
-			if !errors.Is(err, fuseuring.ErrStopped) && !errors.Is(err, fuseuring.ErrClosed) {
-				u.s.logger.Printf("fuseserver: io_uring queue %d: %v", q.Queue(), err)
-			}
-			return
+	}
+	var err error
+	if owned {
+		err = q.Serve(dispatch)
+	} else {
+		var batch []*fuseuring.Entry
+		for err == nil {
+			batch, err = q.Wait(batch[:0])
+			dispatch(batch)
 		}
+	}
+	if !errors.Is(err, fuseuring.ErrStopped) && !errors.Is(err, fuseuring.ErrClosed) {
+		u.s.logger.Printf("fuseserver: io_uring queue %d: %v", q.Queue(), err)
 	}
 }
 
 func (w *entryWorker) run() {
 	for e := range w.ch {
-		w.u.s.uringRequests.Add(1)
 		w.serve(e)
 	}
+}
+
+// serveOnOwner serves the request in e on the queue's owner thread if it
+// is quick (handler.quick), or starts it there if it is a READ or WRITE
+// the FileSystem can start without blocking (AsyncIO), and reports
+// whether it did. Otherwise the request goes to the entry's goroutine,
+// which decodes it again. The entry's request struct is free: its
+// goroutine touches it only between receiving an entry and committing it,
+// and a queued READ or WRITE holds the entry until its completion
+// commits it.
+func (w *entryWorker) serveOnOwner(e *fuseuring.Entry) bool {
+	hdr := e.InHeader()
+	op := (*fuse.InHeader)(unsafe.Pointer(&hdr[0])).Opcode
+	async := w.u.s.async
+	if op >= opCount || (handlers[op].quick == nil && (async == nil || (op != opRead && op != opWrite))) {
+		return false
+	}
+	r := &w.req
+	payload := e.Payload()
+	r.buf = payload
+	h, ok := r.decode(hdr[:inHeaderSize], e.OpIn(), payload[:e.PayloadLen()])
+	if !ok || h.quick != nil {
+		if ok && !h.quick(r) {
+			return false
+		}
+		w.u.s.uringInline.Add(1)
+		w.answer(e, h, ok)
+		return true
+	}
+	if w.u.s.probe.active.Load() {
+		return false // the POLL probe answers its own requests
+	}
+	w.ioEntry = e
+	var res AsyncResult
+	var n int
+	var st fuse.Status
+	if op == opRead {
+		rin := in[fuse.ReadIn](r)
+		res, n, st = async.TryRead(rin, r.dataBuf(int(rin.Size)), w.ioDone)
+	} else {
+		res, n, st = async.TryWrite(in[fuse.WriteIn](r), r.payload, w.ioDone)
+	}
+	switch res {
+	case AsyncDone:
+		w.u.s.uringInline.Add(1)
+		w.completeIO(n, st)
+	case AsyncQueued:
+		w.u.s.uringInline.Add(1)
+	default:
+		w.ioEntry = nil
+		return false
+	}
+	return true
+}
+
+// completeIO answers the READ or WRITE started by serveOnOwner with n
+// bytes and status st, and commits it: on the owner thread when it
+// completed there, on the device's completion goroutine when it was
+// queued.
+func (w *entryWorker) completeIO(n int, st fuse.Status) {
+	e := w.ioEntry
+	w.ioEntry = nil
+	r := &w.req
+	r.status = st
+	if st.Ok() {
+		if r.header().Opcode == opRead {
+			r.replyData(r.buf[:n])
+		} else {
+			out[fuse.WriteOut](r).Size = uint32(n)
+		}
+	}
+	w.commit(e)
 }
 
 // serve decodes the request in e, serves it and commits the reply.
@@ -126,9 +220,26 @@ func (w *entryWorker) serve(e *fuseuring.Entry) {
 	payload := e.Payload()
 	r.buf = payload
 	h, ok := r.decode(hdr[:inHeaderSize], e.OpIn(), payload[:e.PayloadLen()])
+	w.answer(e, h, ok)
+}
+
+// answer serves the decoded request in e (unless decoding failed: ok
+// false, the status is set) and commits the reply.
+func (w *entryWorker) answer(e *fuseuring.Entry, h *handler, ok bool) {
+	r := &w.req
 	if ok {
 		w.u.s.serve(r, h) // FORGET never travels on the ring: every request is answered
 	}
+	w.commit(e)
+}
+
+// commit writes the reply of the request in e into e's buffers and
+// commits it.
+func (w *entryWorker) commit(e *fuseuring.Entry) {
+	r := &w.req
+	hdr := e.InHeader()
+	payload := e.Payload()
+	op := r.header().Opcode
 	r.outHeader(hdr)
 	n := 0
 	if r.status.Ok() {
@@ -141,6 +252,6 @@ func (w *entryWorker) serve(e *fuseuring.Entry) {
 		}
 	}
 	if err := w.q.Commit(e, n); err != nil && !errors.Is(err, fuseuring.ErrStopped) && !errors.Is(err, fuseuring.ErrClosed) {
-		w.u.s.logger.Printf("fuseserver: answering %s on io_uring: %v", opName(r.header().Opcode), err)
+		w.u.s.logger.Printf("fuseserver: answering %s on io_uring: %v", opName(op), err)
 	}
 }

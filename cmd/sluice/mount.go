@@ -22,6 +22,7 @@ import (
 	"github.com/sluicefs/sluice"
 	"github.com/sluicefs/sluice/fusefs"
 	"github.com/sluicefs/sluice/fuseserver"
+	"github.com/sluicefs/sluice/internal/sys/fuseuring"
 	"github.com/sluicefs/sluice/meta/etcdkv"
 	"github.com/sluicefs/sluice/volume"
 )
@@ -82,7 +83,7 @@ volume; it is removed at unmount (and replaced, if a killed mount left it).`,
 	fl.BoolVar(&f.strictDIO, "strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
 	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
 	fl.StringVar(&f.transport, "transport", "devfuse", "how FUSE requests travel, the `TRANSPORT`: devfuse, auto (io_uring when the kernel offers it) or uring")
-	fl.BoolVar(&f.uringThread, "uring-thread-issuer", false, "with io_uring: issue ring commands from one thread per queue instead of the kernel's polling thread")
+	fl.StringVar(&f.uringIssuer, "uring-issuer", "owner", "with io_uring, the thread that issues ring commands, the `ISSUER`: owner (one thread per queue, which also serves quick requests), sqpoll (the kernel's polling thread) or thread (one submitting thread per queue)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", 5*time.Second, "how often (`DURATION`) the background syncer makes completed writes durable without an fsync")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
 	addEtcdFlags(fl, &f.etcd, false)
@@ -92,6 +93,7 @@ volume; it is removed at unmount (and replaced, if a killed mount left it).`,
 	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "seeds", "classic"))
 	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
 	cmd.RegisterFlagCompletionFunc("transport", completeWords("devfuse", "auto", "uring"))
+	cmd.RegisterFlagCompletionFunc("uring-issuer", completeWords("owner", "sqpoll", "thread"))
 	cmd.RegisterFlagCompletionFunc("options", completeWords("allow_other", "ro", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "noatime"))
 	return cmd
 }
@@ -99,8 +101,9 @@ volume; it is removed at unmount (and replaced, if a killed mount left it).`,
 // mountFlags are the flags of mount.
 type mountFlags struct {
 	policy, cacheSize, metrics, size, cache, transport string
+	uringIssuer                                        string
 	opts                                               optList
-	debug, writeback, strictDIO, uringThread, standby  bool
+	debug, writeback, strictDIO, standby               bool
 	maxBackground                                      int
 	grace, leaseTTL, ioBound, syncInterval             time.Duration
 	etcd                                               etcdFlags
@@ -210,18 +213,23 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 		eng.Close()
 		return &usageError{"--transport: " + err.Error()}
 	}
+	issuer, err := fuseuring.ParseIssuer(f.uringIssuer)
+	if err != nil {
+		eng.Close()
+		return &usageError{"--uring-issuer: " + err.Error()}
+	}
 	fopts := &fusefs.Options{
-		Transport:         transport,
-		URingThreadIssuer: f.uringThread,
-		Cache:             mode,
-		WritebackCache:    f.writeback && mode == fusefs.KernelCache,
-		StrictDirectIO:    f.strictDIO,
-		MaxBackground:     f.maxBackground,
-		ReadOnly:          readOnly,
-		MountOptions:      f.opts,
-		FsName:            volDir,
-		Debug:             f.debug,
-		Logger:            logger,
+		Transport:      transport,
+		URingIssuer:    issuer,
+		Cache:          mode,
+		WritebackCache: f.writeback && mode == fusefs.KernelCache,
+		StrictDirectIO: f.strictDIO,
+		MaxBackground:  f.maxBackground,
+		ReadOnly:       readOnly,
+		MountOptions:   f.opts,
+		FsName:         volDir,
+		Debug:          f.debug,
+		Logger:         logger,
 	}
 	var metricsSrv *http.Server
 	if f.metrics != "" {

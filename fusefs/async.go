@@ -1,0 +1,127 @@
+package fusefs
+
+import (
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/sluicefs/sluice"
+	"github.com/sluicefs/sluice/device"
+	"github.com/sluicefs/sluice/fuseserver"
+)
+
+// FS is a fuseserver.AsyncIO: an io_uring queue's owner thread starts the
+// aligned READs and WRITEs of engine-direct handles itself, through the
+// engine's non-blocking ReadAsync and WriteAsync, instead of handing them
+// to a goroutine. What the engine cannot start without blocking (a lock
+// held, an extending or unaligned write, a cache miss it would wait on)
+// comes back as AsyncWouldBlock and is served by Read or Write.
+var _ fuseserver.AsyncIO = (*FS)(nil)
+
+// TryRead implements fuseserver.AsyncIO.
+func (fs *FS) TryRead(in *fuse.ReadIn, dest []byte, done func(n int, st fuse.Status)) (fuseserver.AsyncResult, int, fuse.Status) {
+	h, st := fs.getHandle(in.Fh)
+	if !st.Ok() {
+		return fuseserver.AsyncDone, 0, st
+	}
+	off, size := int64(in.Offset), min(int(in.Size), len(dest))
+	dst := dest[:size]
+	if !h.engineDirect || !fs.aligned(off, size) || !device.IsAligned(dst, fs.memAlign) {
+		return fuseserver.AsyncWouldBlock, 0, fuse.OK
+	}
+	c := fs.newAsyncCall(opRead, in.NodeId, done)
+	n, err := h.f.ReadAsync(dst, off, 0, nil, c.fn)
+	return c.result(n, err)
+}
+
+// TryWrite implements fuseserver.AsyncIO.
+func (fs *FS) TryWrite(in *fuse.WriteIn, data []byte, done func(n int, st fuse.Status)) (fuseserver.AsyncResult, int, fuse.Status) {
+	if fs.writeHook.Load() != nil {
+		return fuseserver.AsyncWouldBlock, 0, fuse.OK // tests that hook Write
+	}
+	h, st := fs.getHandle(in.Fh)
+	if !st.Ok() {
+		return fuseserver.AsyncDone, 0, st
+	}
+	off := int64(in.Offset)
+	if !h.engineDirect || !fs.aligned(off, len(data)) || !device.IsAligned(data, fs.memAlign) {
+		return fuseserver.AsyncWouldBlock, 0, fuse.OK
+	}
+	var flags sluice.RWFlags
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID == 0 {
+		flags |= sluice.RWFKeepPrivs
+	}
+	c := fs.newAsyncCall(opWrite, in.NodeId, done)
+	n, err := h.f.WriteAsync(data, off, flags, c.fn)
+	return c.result(n, err)
+}
+
+// asyncCall is one READ or WRITE started by TryRead or TryWrite. It is
+// pooled, its completion bound once, so that starting one allocates
+// nothing. It lives until the engine call returns, or, if the engine
+// queued it, until its completion has run.
+type asyncCall struct {
+	fs   *FS
+	op   op
+	node uint64
+	t    time.Time
+	done func(n int, st fuse.Status) // the server's
+	fn   func(n int, err error)      // complete, bound once
+}
+
+var asyncCallPool = sync.Pool{New: func() any { return new(asyncCall) }}
+
+func (fs *FS) newAsyncCall(o op, node uint64, done func(n int, st fuse.Status)) *asyncCall {
+	c := asyncCallPool.Get().(*asyncCall)
+	if c.fn == nil {
+		c.fn = c.complete
+	}
+	c.fs, c.op, c.node, c.t, c.done = fs, o, node, fs.start(), done
+	return c
+}
+
+func (c *asyncCall) free() {
+	*c = asyncCall{fn: c.fn}
+	asyncCallPool.Put(c)
+}
+
+// result turns the engine call's return into the server's: queued (the
+// completion answers), would block (nothing happened), or done.
+func (c *asyncCall) result(n int, err error) (fuseserver.AsyncResult, int, fuse.Status) {
+	switch {
+	case err == sluice.ErrQueued:
+		return fuseserver.AsyncQueued, 0, fuse.OK
+	case errors.Is(err, syscall.EAGAIN):
+		c.free()
+		return fuseserver.AsyncWouldBlock, 0, fuse.OK
+	}
+	n, st := c.finish(n, err)
+	c.free()
+	return fuseserver.AsyncDone, n, st
+}
+
+// finish records the call's latency and converts its result, as Read and
+// Write do: a short write that wrote something succeeds.
+func (c *asyncCall) finish(n int, err error) (int, fuse.Status) {
+	c.fs.done(c.op, c.t)
+	if err == nil || (c.op == opWrite && n > 0) {
+		return n, fuse.OK
+	}
+	name := "read"
+	if c.op == opWrite {
+		name = "write"
+	}
+	return 0, c.fs.toStatus(name, c.node, err)
+}
+
+// complete is a queued call's completion, on the device's completion
+// goroutine.
+func (c *asyncCall) complete(n int, err error) {
+	done := c.done
+	n, st := c.finish(n, err)
+	c.free()
+	done(n, st)
+}
