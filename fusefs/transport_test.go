@@ -146,8 +146,9 @@ func TestSyncfsReachesDaemon(t *testing.T) {
 
 // TestQuickRequestsServedInline checks that under io_uring (with the
 // default owner issuer) a quick request, a SETATTR of times, is served on
-// its queue's owner thread, and a truncating SETATTR is handed to its
-// entry's goroutine (fuseserver's handler.quick; Stats.URingInline).
+// its queue's owner thread, a truncating SETATTR is handed to its entry's
+// goroutine (fuseserver's handler.quick; Stats.URingInline), and MKDIRs
+// made one at a time are served on the owner (handler.commits).
 func TestQuickRequestsServedInline(t *testing.T) {
 	if err := fuseuring.Supported(); err != nil || os.Geteuid() != 0 {
 		t.Skipf("FUSE over io_uring needs root and a kernel with it (%v)", err)
@@ -183,5 +184,17 @@ func TestQuickRequestsServedInline(t *testing.T) {
 	}
 	if handed := (after.URingRequests - mid.URingRequests) - (after.URingInline - mid.URingInline); handed < n {
 		t.Errorf("%d requests handed off for %d truncates", handed, n)
+	}
+	// Metadata commits made one at a time are served on the owner too.
+	for i := range n {
+		if err := unix.Mkdir(e.path(fmt.Sprintf("d%d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := e.srv.Stats()
+	reqs, inl := last.URingRequests-after.URingRequests, last.URingInline-after.URingInline
+	t.Logf("mkdir: %d requests, %d inline", reqs, inl)
+	if inl < n {
+		t.Errorf("%d of %d mkdirs (%d requests) served on the owner thread", inl, n, reqs)
 	}
 }

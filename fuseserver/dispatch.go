@@ -103,6 +103,12 @@ type handler struct {
 	// exchange invalidates pages, and a page may be locked by a request
 	// queued behind this one). Nil: never (TestQuick pins the set).
 	quick func(r *request) bool
+	// commits: a metadata commit (a namespace change, an xattr change, a
+	// RELEASE), served on the owner thread too when it arrives alone and
+	// nothing of its queue is being served elsewhere, where handing it off
+	// and waking the owner back would cost more than the commit. It may
+	// wait for engine locks and the metadata store, never for the kernel.
+	commits bool
 }
 
 // always is handler.quick for opcodes that are always quick.
@@ -182,6 +188,10 @@ func init() {
 	for _, op := range []int{opLookup, opGetattr, opReadlink, opStatfs, opGetxattr, opListxattr,
 		opFlush, opOpendir, opReaddir, opReaddirplus, opReleasedir, opAccess, opLseek, opStatx} {
 		handlers[op].quick = always
+	}
+	for _, op := range []int{opSymlink, opMknod, opMkdir, opUnlink, opRmdir, opRename, opRename2,
+		opLink, opCreate, opTmpfile, opSetxattr, opRemovexattr, opRelease} {
+		handlers[op].commits = true
 	}
 	// A SETATTR that changes the size truncates (device I/O, zeroing);
 	// an OPEN with O_TRUNC too.

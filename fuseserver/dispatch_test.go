@@ -121,7 +121,8 @@ func TestIoctlDecoding(t *testing.T) {
 
 // TestQuick pins the requests an io_uring queue's owner thread serves
 // itself (handler.quick): what never waits for the device, for a lock held
-// across device I/O, or for the kernel. A request added here must be
+// across device I/O, or for the kernel; and the metadata commits it serves
+// when they come alone (handler.commits), which never wait for the kernel. A request added here must be
 // checked against those rules; anything that writes data, syncs,
 // truncates, allocates or invalidates kernel pages stays off the list.
 func TestQuick(t *testing.T) {
@@ -160,5 +161,15 @@ func TestQuick(t *testing.T) {
 	}
 	if open(2 | 0o1000) { // O_RDWR|O_TRUNC
 		t.Error("an OPEN with O_TRUNC is quick")
+	}
+	commits := map[int]bool{
+		opSymlink: true, opMknod: true, opMkdir: true, opUnlink: true, opRmdir: true, opRename: true,
+		opRename2: true, opLink: true, opCreate: true, opTmpfile: true, opSetxattr: true,
+		opRemovexattr: true, opRelease: true,
+	}
+	for op := range handlers {
+		if got := handlers[op].commits; got != commits[op] {
+			t.Errorf("%s: commits %v, want %v", handlers[op].name, got, commits[op])
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -83,6 +84,8 @@ type entryWorker struct {
 	// before the call; the entry is not committed until ioDone runs.
 	ioEntry *fuseuring.Entry
 	ioDone  func(n int, st fuse.Status)
+	// handedOff counts the queue's requests on entry goroutines.
+	handedOff *atomic.Int64
 }
 
 // poll serves q: with the owner issuer, the queue's owner thread calls
@@ -99,11 +102,13 @@ func (u *uringTransport) poll(q *fuseuring.Queue) {
 		workers.Wait()
 	}()
 	owned := u.s.cfg.URingIssuer == fuseuring.IssueOwner
+	var handedOff atomic.Int64 // requests of q on entry goroutines
 	dispatch := func(batch []*fuseuring.Entry) {
+		alone := len(batch) == 1 && handedOff.Load() == 0
 		for _, e := range batch {
 			w := owners[e]
 			if w == nil {
-				w = &entryWorker{u: u, q: q, ch: make(chan *fuseuring.Entry, 1)}
+				w = &entryWorker{u: u, q: q, ch: make(chan *fuseuring.Entry, 1), handedOff: &handedOff}
 				w.req.slot = u.s.newSlot()
 				w.ioDone = w.completeIO
 				owners[e] = w
@@ -114,9 +119,10 @@ func (u *uringTransport) poll(q *fuseuring.Queue) {
 				}()
 			}
 			u.s.uringRequests.Add(1)
-			if owned && w.serveOnOwner(e) {
+			if owned && w.serveOnOwner(e, alone) {
 				continue
 			}
+			handedOff.Add(1)
 			w.ch <- e
 		}
 	}
@@ -138,6 +144,7 @@ func (u *uringTransport) poll(q *fuseuring.Queue) {
 func (w *entryWorker) run() {
 	for e := range w.ch {
 		w.serve(e)
+		w.handedOff.Add(-1)
 	}
 }
 
@@ -145,23 +152,30 @@ func (w *entryWorker) run() {
 // is quick (handler.quick), or starts it there if it is a READ or WRITE
 // the FileSystem can start without blocking (AsyncIO), and reports
 // whether it did. Otherwise the request goes to the entry's goroutine,
-// which decodes it again. The entry's request struct is free: its
+// which decodes it again. A metadata commit (handler.commits) is served
+// there too when alone is set: it is the only request of its batch and
+// none of the queue's is on an entry goroutine. The entry's request
+// struct is free: its
 // goroutine touches it only between receiving an entry and committing it,
 // and a queued READ or WRITE holds the entry until its completion
 // commits it.
-func (w *entryWorker) serveOnOwner(e *fuseuring.Entry) bool {
+func (w *entryWorker) serveOnOwner(e *fuseuring.Entry, alone bool) bool {
 	hdr := e.InHeader()
 	op := (*fuse.InHeader)(unsafe.Pointer(&hdr[0])).Opcode
 	async := w.u.s.async
-	if op >= opCount || (handlers[op].quick == nil && (async == nil || (op != opRead && op != opWrite))) {
+	if op >= opCount {
+		return false
+	}
+	commit := alone && handlers[op].commits
+	if handlers[op].quick == nil && !commit && (async == nil || (op != opRead && op != opWrite)) {
 		return false
 	}
 	r := &w.req
 	payload := e.Payload()
 	r.buf = payload
 	h, ok := r.decode(hdr[:inHeaderSize], e.OpIn(), payload[:e.PayloadLen()])
-	if !ok || h.quick != nil {
-		if ok && !h.quick(r) {
+	if !ok || h.quick != nil || commit {
+		if ok && !commit && !h.quick(r) {
 			return false
 		}
 		w.u.s.uringInline.Add(1)
