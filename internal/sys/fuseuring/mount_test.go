@@ -740,3 +740,29 @@ func testConcurrentRequests(t *testing.T, issuer Issuer) {
 	}
 	t.Logf("requests per queue: %v", perQueue)
 }
+
+// TestOwnerSleepsWhenIdle checks that an idle owner sleeps in the kernel:
+// after a request, no queue's owner enters the kernel again until the
+// next one. (Asked to submit more SQEs than are published,
+// io_uring_enter returns at once instead of waiting, and the owners spun
+// a CPU each.)
+func TestOwnerSleepsWhenIdle(t *testing.T) {
+	m := mountTest(t, serveWorkers, IssueOwner)
+	for range 10 {
+		if _, err := os.Stat(m.dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // the last commit's enter
+	enters := func() (n uint64) {
+		for _, q := range m.qs {
+			n += q.Enters()
+		}
+		return n
+	}
+	before := enters()
+	time.Sleep(200 * time.Millisecond)
+	if n := enters() - before; n > 0 {
+		t.Errorf("idle owners entered the kernel %d times in 200ms", n)
+	}
+}

@@ -678,10 +678,15 @@ func (q *Queue) serve(handle func([]*Entry)) {
 			}
 			return
 		}
+		// Submit exactly what is published: io_uring_enter returns
+		// without waiting when it finds fewer SQEs than it was asked to
+		// submit. Only the owner submits, so none is consumed meanwhile;
+		// what is published after this is the wake-up's business.
 		q.sqMu.Lock()
 		q.sleeping.Store(true)
+		pending := q.ring.Publish()
 		q.sqMu.Unlock()
-		_, err = q.ring.Enter(q.ring.SQEntries(), 1)
+		_, err = q.ring.Enter(pending, 1)
 		q.sleeping.Store(false)
 		q.enters.Add(1)
 		if err != nil {
