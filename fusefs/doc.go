@@ -33,10 +33,10 @@
 //
 // # Transport
 //
-// Options.Transport chooses how requests travel: /dev/fuse
-// (TransportDevFuse, the default, by measurement), io_uring when the
-// kernel offers it (TransportAuto) or io_uring only (TransportURing, the
-// mount fails without it); Options.URingDepth sets the ring
+// Options.Transport chooses how requests travel: io_uring when the
+// kernel offers it, /dev/fuse otherwise (TransportAuto, the default, by
+// measurement), /dev/fuse only (TransportDevFuse) or io_uring only
+// (TransportURing, the mount fails without it); Options.URingDepth sets the ring
 // entries per kernel queue. As root the daemon turns the kernel's
 // enable_uring switch on itself. Server.Transport says which transport is
 // in use and why (`sluice mount --transport` prints it on stderr);

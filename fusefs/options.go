@@ -188,11 +188,11 @@ type Options struct {
 	// puts the volume's absolute path there, so that `sluice umount` can
 	// find the volume. The default value is "sluice".
 	FsName string
-	// Transport is how FUSE requests travel: /dev/fuse
-	// (TransportDevFuse), io_uring when the kernel offers it
-	// (TransportAuto), or io_uring only (TransportURing). The default
-	// value is TransportDevFuse, chosen by measurement (see
-	// fuseserver.TransportDevFuse).
+	// Transport is how FUSE requests travel: io_uring when the kernel
+	// offers it, /dev/fuse otherwise (TransportAuto), /dev/fuse only
+	// (TransportDevFuse), or io_uring only (TransportURing). The default
+	// value is TransportAuto, chosen by measurement (see
+	// fuseserver.TransportAuto).
 	Transport fuseserver.Transport
 	// URingDepth is the number of io_uring entries per kernel queue (one
 	// queue per possible CPU). The default value is DefaultURingDepth.

@@ -6,7 +6,7 @@
 // (fuse.InHeader, fuse.WriteIn, ...) and the operations interface
 // (fuse.RawFileSystem, which FileSystem is), not the serving.
 //
-//	srv, err := fuseserver.Mount(fs, "/mnt/vol", fuseserver.Config{Name: "sluice", Transport: fuseserver.TransportDevFuse})
+//	srv, err := fuseserver.Mount(fs, "/mnt/vol", fuseserver.Config{Name: "sluice"}) // io_uring where offered
 //	tr, why := srv.Transport() // "uring", "io_uring (the kernel offers it)"
 //	<-srv.Done()               // after an unmount or an abort, every request answered
 //
@@ -121,8 +121,8 @@
 // offers FUSE_OVER_IO_URING in INIT and fails the mount if the kernel
 // cannot (no support, enable_uring off for a non-root daemon, not granted
 // in INIT, rings not registered). TransportAuto does the same but falls
-// back to /dev/fuse, saying why. TransportDevFuse is the default: see
-// its doc for the measurement. When
+// back to /dev/fuse, saying why; it is the default (see its doc for the
+// measurement). When
 // /sys/module/fuse/parameters/enable_uring is off and the daemon runs as
 // root, Mount turns it on (the kernel's switch is global) and says so;
 // another user needs an administrator to turn it on. Server.Transport

@@ -35,15 +35,14 @@ type SyncFSer interface {
 type Transport int
 
 const (
-	// TransportDevFuse reads requests from /dev/fuse and writes replies
-	// to it, one system call each. It is the default: on the 2-CPU
-	// machine sluice is measured on it matches io_uring on O_DIRECT I/O
-	// from one job, beats it 2.3x on cold buffered reads and costs less
-	// CPU per request (docs/ARCHITECTURE.md, "FUSE").
-	TransportDevFuse Transport = iota
 	// TransportAuto is io_uring when the kernel offers it, /dev/fuse
-	// otherwise.
-	TransportAuto
+	// otherwise. It is the default: io_uring served by its owner threads
+	// beats /dev/fuse on every O_DIRECT case measured
+	// (docs/ARCHITECTURE.md, "FUSE").
+	TransportAuto Transport = iota
+	// TransportDevFuse reads requests from /dev/fuse and writes replies
+	// to it, one system call each.
+	TransportDevFuse
 	// TransportURing receives requests as io_uring completions and
 	// answers each with the command that also fetches the next
 	// (FUSE_IO_URING_CMD_COMMIT_AND_FETCH). Mount fails if the kernel
@@ -65,12 +64,12 @@ func (t Transport) String() string {
 
 // ParseTransport parses auto, uring or devfuse.
 func ParseTransport(s string) (Transport, error) {
-	for _, t := range []Transport{TransportDevFuse, TransportAuto, TransportURing} {
+	for _, t := range []Transport{TransportAuto, TransportDevFuse, TransportURing} {
 		if s == t.String() {
 			return t, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown FUSE transport %q (want devfuse, auto or uring)", s)
+	return 0, fmt.Errorf("unknown FUSE transport %q (want auto, devfuse or uring)", s)
 }
 
 // Config configures a mount and its server.
@@ -257,7 +256,7 @@ func Mount(fs FileSystem, dir string, cfg Config) (*Server, error) {
 // kernel's switch when the daemon runs as root, and says why.
 func (s *Server) chooseTransport() (offer bool, why string, err error) {
 	if s.cfg.Transport == TransportDevFuse {
-		return false, "/dev/fuse (the default; io_uring is opt-in: auto or uring)", nil
+		return false, "/dev/fuse (asked for)", nil
 	}
 	if err := uringSupported(); err != nil {
 		if s.cfg.Transport == TransportURing {

@@ -82,7 +82,7 @@ volume; it is removed at unmount (and replaced, if a killed mount left it).`,
 	fl.BoolVar(&f.writeback, "writeback-cache", true, "with --cache kernel: let the kernel cache writes (CAP_WRITEBACK_CACHE); --writeback-cache=false writes every write(2) through")
 	fl.BoolVar(&f.strictDIO, "strict-dio", false, "refuse O_DIRECT I/O not aligned to the I/O unit with EINVAL")
 	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
-	fl.StringVar(&f.transport, "transport", "devfuse", "how FUSE requests travel, the `TRANSPORT`: devfuse, auto (io_uring when the kernel offers it) or uring")
+	fl.StringVar(&f.transport, "transport", "auto", "how FUSE requests travel, the `TRANSPORT`: auto (io_uring when the kernel offers it, /dev/fuse otherwise), devfuse or uring")
 	fl.StringVar(&f.uringIssuer, "uring-issuer", "owner", "with io_uring, the thread that issues ring commands, the `ISSUER`: owner (one thread per queue, which also serves quick requests), sqpoll (the kernel's polling thread) or thread (one submitting thread per queue)")
 	fl.DurationVar(&f.syncInterval, "sync-interval", 5*time.Second, "how often (`DURATION`) the background syncer makes completed writes durable without an fsync")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
@@ -92,7 +92,7 @@ volume; it is removed at unmount (and replaced, if a killed mount left it).`,
 	fl.BoolVar(&f.standby, "standby", false, "volumes in etcd: if another host owns the volume, wait until it unmounts or its lease expires, then take it over and serve")
 	cmd.RegisterFlagCompletionFunc("policy", completeWords("concurrent", "seeds", "classic"))
 	cmd.RegisterFlagCompletionFunc("cache", completeWords("kernel", "sluice"))
-	cmd.RegisterFlagCompletionFunc("transport", completeWords("devfuse", "auto", "uring"))
+	cmd.RegisterFlagCompletionFunc("transport", completeWords("auto", "devfuse", "uring"))
 	cmd.RegisterFlagCompletionFunc("uring-issuer", completeWords("owner", "sqpoll", "thread"))
 	cmd.RegisterFlagCompletionFunc("options", completeWords("allow_other", "ro", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "noatime"))
 	return cmd

@@ -51,7 +51,8 @@
 # round (ROUNDS, default 3), target after target, so that changes in the
 # machine's load (it may be shared) hit every target alike; the report is
 # the median over the rounds. Output: one line per run (IOPS, MiB/s, the
-# daemon's CPU time per I/O), then the medians and the ratios, in $OUT
+# daemon's CPU time per I/O), then the medians and the ratios (against the
+# first sluice target), in $OUT
 # (default $WORK/results.txt); PROFILE=CASE saves a CPU profile of the
 # sluice daemon during that case beside it. Everything it mounts and
 # creates is removed at the end.
@@ -317,11 +318,14 @@ for c in med:
         else:
             cells.append(f"{'-':>24}")
     print(f"{c:11} " + " ".join(cells))
-print("# ratios of median IOPS")
+# Ratios against the first sluice target of the run (sluice, or
+# sluice-uring when the run compares transports).
+base = next((t for t in targets if t.startswith("sluice")), None)
+print(f"# ratios of median IOPS ({base} / each other target)")
 for c in med:
-    s = med[c].get("sluice")
+    s = med[c].get(base)
     if not s:
         continue
-    parts = [f"sluice/{t}={s / med[c][t]:5.2f}" for t in targets if t != "sluice" and med[c].get(t)]
+    parts = [f"{base}/{t}={s / med[c][t]:5.2f}" for t in targets if t != base and med[c].get(t)]
     print(f"{c:11} " + " ".join(parts))
 PY
