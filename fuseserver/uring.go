@@ -155,10 +155,9 @@ func (w *entryWorker) run() {
 // which decodes it again. A metadata commit (handler.commits) is served
 // there too when alone is set: it is the only request of its batch and
 // none of the queue's is on an entry goroutine. The entry's request
-// struct is free: its
-// goroutine touches it only between receiving an entry and committing it,
-// and a queued READ or WRITE holds the entry until its completion
-// commits it.
+// struct is free: its goroutine touches it only between receiving an
+// entry and committing it, and a queued READ or WRITE holds the entry
+// until its completion commits it.
 func (w *entryWorker) serveOnOwner(e *fuseuring.Entry, alone bool) bool {
 	hdr := e.InHeader()
 	op := (*fuse.InHeader)(unsafe.Pointer(&hdr[0])).Opcode
