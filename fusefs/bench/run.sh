@@ -12,7 +12,7 @@
 #                   are added to `sluice mount`, e.g. "--cache sluice")
 #   sluice2 sluice3 more sluice mounts with $SLUICE2_ARGS and $SLUICE3_ARGS
 #                   (to compare options in the same run), and with the binary
-#                   $SLUICE2_BIN if set (to compare two builds, e.g. one of
+#                   $SLUICE2_BIN and $SLUICE3_BIN if set (to compare builds, e.g. one of
 #                   the commit before a change: go build -o /tmp/old ./cmd/sluice)
 #   sluice-uring sluice-devfuse
 #                   sluice mounts ($SLUICE_ARGS too) with --transport uring and
@@ -69,6 +69,7 @@ SLUICE_ARGS=${SLUICE_ARGS:-}
 SLUICE2_ARGS=${SLUICE2_ARGS:-}
 SLUICE3_ARGS=${SLUICE3_ARGS:-}
 SLUICE2_BIN=${SLUICE2_BIN:-}
+SLUICE3_BIN=${SLUICE3_BIN:-}
 PROFILE=${PROFILE:-}
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$WORK/results.txt}
@@ -129,7 +130,7 @@ setup() {
 		local args=$SLUICE_ARGS bin=$BIN/sluice
 		port=9188
 		if [ "$t" = sluice2 ]; then args=$SLUICE2_ARGS port=9189 bin=${SLUICE2_BIN:-$BIN/sluice}; fi
-		if [ "$t" = sluice3 ]; then args=$SLUICE3_ARGS port=9190; fi
+		if [ "$t" = sluice3 ]; then args=$SLUICE3_ARGS port=9190 bin=${SLUICE3_BIN:-$BIN/sluice}; fi
 		if [ "$t" = sluice-uring ]; then args="$SLUICE_ARGS --transport uring" port=9191; fi
 		if [ "$t" = sluice-devfuse ]; then args="$SLUICE_ARGS --transport devfuse" port=9192; fi
 		# shellcheck disable=SC2086
