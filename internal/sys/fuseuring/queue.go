@@ -301,7 +301,8 @@ type Queue struct {
 	// Serve; ownerDone is closed when the owner goroutine returns.
 	closing   chan struct{}
 	ownerDone chan struct{}
-	// enters counts the owner's io_uring_enter calls (for tests).
+	// enters counts the io_uring_enter calls of the owner or the issuer
+	// thread (for tests).
 	enters atomic.Uint64
 
 	// kick wakes the IssueThread goroutine; nil with IssueSQPoll. Closed
@@ -460,16 +461,8 @@ func (q *Queue) issue() {
 	runtime.LockOSThread()
 	defer close(q.issuerDone)
 	for range q.kick {
-		for delay := time.Microsecond; ; delay *= 2 {
-			_, err := q.ring.SubmitPublished()
-			if err == nil || !transient(err) || delay > 100*time.Millisecond {
-				if err != nil {
-					werr := fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
-					q.issueErr.CompareAndSwap(nil, &werr)
-				}
-				break
-			}
-			time.Sleep(delay)
+		if err := q.submitPublished(); err != nil {
+			q.issueErr.CompareAndSwap(nil, &err)
 		}
 	}
 }
@@ -506,7 +499,7 @@ func (q *Queue) register() error {
 	q.sqMu.Unlock()
 	submit := q.submit
 	if q.owner {
-		submit = q.submitOwned
+		submit = q.submitPublished
 	}
 	if err := submit(); err != nil {
 		return err
@@ -542,8 +535,15 @@ func (q *Queue) submit() error {
 		}
 		return nil
 	}
+	return q.retryTransient(q.ring.SQPollWakeup)
+}
+
+// retryTransient calls enter until it succeeds, fails for good, or has
+// reported a transient shortage (EAGAIN, EBUSY) for about 100 ms, backing
+// off exponentially.
+func (q *Queue) retryTransient(enter func() error) error {
 	for delay := time.Microsecond; ; delay *= 2 {
-		err := q.ring.SQPollWakeup()
+		err := enter()
 		if err == nil {
 			return nil
 		}
@@ -552,6 +552,17 @@ func (q *Queue) submit() error {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// submitPublished hands every published SQE to the kernel with
+// io_uring_enter, retrying a transient shortage: the issuing thread's
+// submission (IssueThread's issuer, IssueOwner's owner).
+func (q *Queue) submitPublished() error {
+	return q.retryTransient(func() error {
+		_, err := q.ring.SubmitPublished()
+		q.enters.Add(1)
+		return err
+	})
 }
 
 // waitCQE blocks in io_uring_enter until a CQE is ready. EINTR is
@@ -569,22 +580,6 @@ func (q *Queue) waitCQE() error {
 		return nil
 	}
 	return fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
-}
-
-// submitOwned hands every published SQE to the kernel from the owner's
-// thread, retrying a transient shortage.
-func (q *Queue) submitOwned() error {
-	for delay := time.Microsecond; ; delay *= 2 {
-		_, err := q.ring.SubmitPublished()
-		q.enters.Add(1)
-		if err == nil {
-			return nil
-		}
-		if !transient(err) || delay > 100*time.Millisecond {
-			return fmt.Errorf("fuseuring: queue %d: %w", q.qid, err)
-		}
-		time.Sleep(delay)
-	}
 }
 
 // armWakeLocked fills an SQE with the owner's eventfd read.
@@ -673,7 +668,7 @@ func (q *Queue) serve(handle func([]*Entry)) {
 			done(ErrClosed)
 			// Close published its NOP after closed was set; no Commit
 			// publishes any more.
-			if err := q.submitOwned(); err != nil {
+			if err := q.submitPublished(); err != nil {
 				q.issueErr.CompareAndSwap(nil, &err)
 			}
 			return
@@ -726,8 +721,8 @@ func (q *Queue) Serve(handle func(batch []*Entry)) error {
 	return <-q.serveErr
 }
 
-// Enters returns the number of io_uring_enter calls an IssueOwner queue's
-// owner has made.
+// Enters returns the number of io_uring_enter calls the queue's owner
+// (IssueOwner) or issuer thread (IssueThread) has made.
 func (q *Queue) Enters() uint64 { return q.enters.Load() }
 
 func transient(err error) bool {
