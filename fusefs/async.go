@@ -9,7 +9,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/sluicefs/sluice"
-	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/fuseserver"
 )
 
@@ -29,7 +28,7 @@ func (fs *FS) TryRead(in *fuse.ReadIn, dest []byte, done func(n int, st fuse.Sta
 	}
 	off, size := int64(in.Offset), min(int(in.Size), len(dest))
 	dst := dest[:size]
-	if !h.engineDirect || !fs.aligned(off, size) || !device.IsAligned(dst, fs.memAlign) {
+	if !h.engineDirect || !fs.directOK(dst, off) {
 		return fuseserver.AsyncWouldBlock, 0, fuse.OK
 	}
 	c := fs.newAsyncCall(opRead, in.NodeId, done)
@@ -47,15 +46,11 @@ func (fs *FS) TryWrite(in *fuse.WriteIn, data []byte, done func(n int, st fuse.S
 		return fuseserver.AsyncDone, 0, st
 	}
 	off := int64(in.Offset)
-	if !h.engineDirect || !fs.aligned(off, len(data)) || !device.IsAligned(data, fs.memAlign) {
+	if !h.engineDirect || !fs.directOK(data, off) {
 		return fuseserver.AsyncWouldBlock, 0, fuse.OK
 	}
-	var flags sluice.RWFlags
-	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID == 0 {
-		flags |= sluice.RWFKeepPrivs
-	}
 	c := fs.newAsyncCall(opWrite, in.NodeId, done)
-	n, err := h.f.WriteAsync(data, off, flags, c.fn)
+	n, err := h.f.WriteAsync(data, off, writeFlags(in), c.fn)
 	return c.result(n, err)
 }
 

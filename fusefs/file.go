@@ -160,6 +160,23 @@ func (fs *FS) aligned(off int64, n int) bool {
 	return off%fs.ioUnit == 0 && int64(n)%fs.ioUnit == 0
 }
 
+// directOK reports whether b at off can go to the engine's direct path as
+// it is: the range aligned to the I/O unit and the buffer to the memory
+// alignment.
+func (fs *FS) directOK(b []byte, off int64) bool {
+	return fs.aligned(off, len(b)) && device.IsAligned(b, fs.memAlign)
+}
+
+// writeFlags are the engine flags of a WRITE: with
+// CAP_HANDLE_KILLPRIV_V2 the kernel says, per write, whether the writer
+// lacks CAP_FSETID and set-user-ID and friends must go.
+func writeFlags(in *fuse.WriteIn) sluice.RWFlags {
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID == 0 {
+		return sluice.RWFKeepPrivs
+	}
+	return 0
+}
+
 // Read answers READ. On an engine-direct handle, an aligned read goes to
 // the engine's direct path straight into go-fuse's reply buffer (no copy);
 // an unaligned one reads the covering aligned range into a bounce buffer
@@ -183,7 +200,7 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 		}
 		return fuse.ReadResultData(dst[:n]), fuse.OK
 	}
-	if fs.aligned(off, size) && device.IsAligned(dst, fs.memAlign) {
+	if fs.directOK(dst, off) {
 		n, err := h.f.Pread(dst, off, 0)
 		if err != nil {
 			return nil, fs.toStatus("read", in.NodeId, err)
@@ -252,13 +269,7 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 			copy(src, data)
 		}
 	}
-	// With CAP_HANDLE_KILLPRIV_V2 the kernel says, per write, whether the
-	// writer lacks CAP_FSETID and set-user-ID and friends must go.
-	var flags sluice.RWFlags
-	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID == 0 {
-		flags |= sluice.RWFKeepPrivs
-	}
-	n, err := f.Pwrite(src, off, flags)
+	n, err := f.Pwrite(src, off, writeFlags(in))
 	if err != nil && n == 0 {
 		return 0, fs.toStatus("write", in.NodeId, err)
 	}
