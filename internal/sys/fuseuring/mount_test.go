@@ -766,3 +766,31 @@ func TestOwnerSleepsWhenIdle(t *testing.T) {
 		t.Errorf("idle owners entered the kernel %d times in 200ms", n)
 	}
 }
+
+// TestOwnerWakeups sends requests one at a time to an owner whose replies
+// are all committed by worker goroutines, so that every commit races the
+// owner going to sleep: each must be submitted, by the owner's next enter
+// or through the eventfd wake-up (the sleeping flag, set under the SQ
+// mutex). A commit left unsubmitted hangs the stat. Without the wake-up
+// the first stat hangs.
+func TestOwnerWakeups(t *testing.T) {
+	m := mountTest(t, serveWorkers, IssueOwner)
+	done := make(chan error, 1)
+	go func() {
+		for range 3000 {
+			if _, err := os.Stat(filepath.Join(m.dir, "x")); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		m.hung("sequential requests hung: a commit was left unsubmitted")
+	}
+}
