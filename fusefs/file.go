@@ -230,6 +230,28 @@ func (fs *FS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.Re
 	return fuse.ReadResultData(dst[:k]), fuse.OK
 }
 
+// writeFile picks the engine file that takes a WRITE of data at off on h:
+// h's own, or, for a write not aligned to the I/O unit on an engine-direct
+// handle, its buffered companion (EINVAL for O_DIRECT with
+// StrictDirectIO). bounce says the data, aligned in range but not in
+// memory, must be copied to an aligned buffer for the direct path.
+func (fs *FS) writeFile(h *handle, data []byte, off int64) (f *sluice.File, bounce bool, err error) {
+	if !h.engineDirect || fs.directOK(data, off) {
+		return h.f, false, nil
+	}
+	if fs.aligned(off, len(data)) {
+		return h.f, true, nil
+	}
+	if h.direct && fs.opts.StrictDirectIO {
+		return nil, false, syscall.EINVAL
+	}
+	if h.direct && fs.metrics != nil {
+		fs.metrics.unaligned.Inc()
+	}
+	f, err = h.companion(fs.eng)
+	return f, false, err
+}
+
 // Write answers WRITE. go-fuse places a WRITE's payload at a 4 KiB
 // boundary, so an aligned write on an engine-direct handle goes to the
 // engine's direct path without a copy. An unaligned one goes to the
@@ -247,27 +269,15 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 		return 0, st
 	}
 	off := int64(in.Offset)
-	f := h.f
+	f, bounce, err := fs.writeFile(h, data, off)
+	if err != nil {
+		return 0, fs.toStatus("write", in.NodeId, err)
+	}
 	src := data
-	if h.engineDirect {
-		switch {
-		case !fs.aligned(off, len(data)):
-			if h.direct && fs.opts.StrictDirectIO {
-				return 0, fuse.EINVAL
-			}
-			if h.direct && fs.metrics != nil {
-				fs.metrics.unaligned.Inc()
-			}
-			c, err := h.companion(fs.eng)
-			if err != nil {
-				return 0, fs.toStatus("write", in.NodeId, err)
-			}
-			f = c
-		case !device.IsAligned(data, fs.memAlign):
-			src = fs.bounce.get(len(data))
-			defer fs.bounce.put(src)
-			copy(src, data)
-		}
+	if bounce {
+		src = fs.bounce.get(len(data))
+		defer fs.bounce.put(src)
+		copy(src, data)
 	}
 	n, err := f.Pwrite(src, off, writeFlags(in))
 	if err != nil && n == 0 {
