@@ -12,12 +12,17 @@ import (
 	"github.com/sluicefs/sluice/fuseserver"
 )
 
-// FS is a fuseserver.AsyncIO: an io_uring queue's owner thread starts the
-// aligned READs and WRITEs of engine-direct handles itself, through the
-// engine's non-blocking ReadAsync and WriteAsync, instead of handing them
-// to a goroutine. What the engine cannot start without blocking (a lock
-// held, an extending or unaligned write, a cache miss it would wait on)
-// comes back as AsyncWouldBlock and is served by Read or Write.
+// FS is a fuseserver.AsyncIO: an io_uring queue's owner thread starts
+// READs and WRITEs itself, through the engine's non-blocking ReadAsync and
+// WriteAsync, instead of handing them to a goroutine: aligned ones on
+// engine-direct handles (queued at the device, or answered at once),
+// unaligned WRITEs there on the buffered companion, and everything on
+// handles of sluice's cache (answered at once when they find the pages
+// and the lock free). What the engine cannot do without blocking (a lock
+// held, a page to read first, a direct write that would allocate or
+// extend, a write that must sync, a cache miss) comes back as
+// AsyncWouldBlock and is served by Read or Write; so are unaligned reads
+// and buffers that need a bounce.
 var _ fuseserver.AsyncIO = (*FS)(nil)
 
 // TryRead implements fuseserver.AsyncIO.
@@ -28,11 +33,18 @@ func (fs *FS) TryRead(in *fuse.ReadIn, dest []byte, done func(n int, st fuse.Sta
 	}
 	off, size := int64(in.Offset), min(int(in.Size), len(dest))
 	dst := dest[:size]
-	if !h.engineDirect || !fs.directOK(dst, off) {
-		return fuseserver.AsyncWouldBlock, 0, fuse.OK
+	if h.engineDirect && !fs.directOK(dst, off) {
+		return fuseserver.AsyncWouldBlock, 0, fuse.OK // Read bounces it
 	}
 	c := fs.newAsyncCall(opRead, in.NodeId, done)
 	n, err := h.f.ReadAsync(dst, off, 0, nil, c.fn)
+	if err == nil && n < len(dst) && !h.engineDirect {
+		// A buffered NOWAIT read stops at the first page it would wait
+		// for, and FUSE takes a short READ for the end of the file (a
+		// page fault past it is SIGBUS): Read reads it whole.
+		c.free()
+		return fuseserver.AsyncWouldBlock, 0, fuse.OK
+	}
 	return c.result(n, err)
 }
 
@@ -46,11 +58,21 @@ func (fs *FS) TryWrite(in *fuse.WriteIn, data []byte, done func(n int, st fuse.S
 		return fuseserver.AsyncDone, 0, st
 	}
 	off := int64(in.Offset)
-	if !h.engineDirect || !fs.directOK(data, off) {
-		return fuseserver.AsyncWouldBlock, 0, fuse.OK
+	f, bounce, err := fs.writeFile(h, data, off)
+	if err != nil || bounce {
+		return fuseserver.AsyncWouldBlock, 0, fuse.OK // Write reports or copies
 	}
 	c := fs.newAsyncCall(opWrite, in.NodeId, done)
-	n, err := h.f.WriteAsync(data, off, writeFlags(in), c.fn)
+	n, err := f.WriteAsync(data, off, writeFlags(in), c.fn)
+	if err == nil && n < len(data) {
+		// A NOWAIT write stops short at a page it cannot take, but a
+		// WRITE's reply must cover it all (a short one is a short
+		// write(2), or data the kernel's writeback drops): Write writes
+		// it whole, the first n bytes again, which is what a write
+		// serialised after any that raced with it would leave.
+		c.free()
+		return fuseserver.AsyncWouldBlock, 0, fuse.OK
+	}
 	return c.result(n, err)
 }
 
