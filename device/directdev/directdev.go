@@ -98,6 +98,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -130,6 +131,11 @@ type Device struct {
 	// life counts the goroutines inside Submit, and says
 	// whether the device is closed.
 	life lifecycle.Tracker
+	// hosted counts the requests in flight on host rings (host.go), which
+	// Close waits for.
+	hosted sync.WaitGroup
+	// nHosted and nHostShort count them, and their short transfers.
+	nHosted, nHostShort atomic.Uint64
 	// closeMu serialises Close.
 	closeMu sync.Mutex
 }
@@ -340,7 +346,9 @@ func (d *Device) Submit(r *device.Request) error {
 	if err := d.check(r); err != nil {
 		return err
 	}
-	d.be.submit(r)
+	if !d.submitOnHost(r) {
+		d.be.submit(r)
+	}
 	return nil
 }
 
@@ -363,7 +371,8 @@ func (d *Device) Close() error {
 	if !d.life.Shut() {
 		return fmt.Errorf("directdev: close %s: %w", d.path, device.ErrClosed)
 	}
-	d.life.Wait() // the last Submit in progress has left
+	d.life.Wait()   // the last Submit in progress has left
+	d.hosted.Wait() // and the host rings have completed its requests
 	err := d.be.close()
 	if cerr := unix.Close(d.fd); err == nil && cerr != nil {
 		err = fmt.Errorf("directdev: close %s: %w", d.path, cerr)
@@ -393,6 +402,12 @@ type Stats struct {
 	Blocked uint64
 	// ShortIOs counts short reads and writes that were resubmitted.
 	ShortIOs uint64
+	// Hosted counts the requests that travelled on a host ring (the
+	// submitting thread's, see uring.ThreadHost) instead of the
+	// device's; they are not in Requests, SQEs or ShortIOs.
+	Hosted uint64
+	// HostShortIOs counts their short transfers.
+	HostShortIOs uint64
 	// DepthNanos is the io_uring queue depth integrated over time, in
 	// request-nanoseconds: a request counts from its SQE until its CQE is
 	// reaped. Its increase over an interval divided by the interval's
@@ -402,7 +417,7 @@ type Stats struct {
 
 // Stats returns the backend's counters.
 func (d *Device) Stats() Stats {
-	var s Stats
+	s := Stats{Hosted: d.nHosted.Load(), HostShortIOs: d.nHostShort.Load()}
 	d.be.stats(&s)
 	return s
 }
