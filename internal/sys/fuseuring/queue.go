@@ -304,6 +304,23 @@ type Queue struct {
 	// enters counts the io_uring_enter calls of the owner or the issuer
 	// thread (for tests).
 	enters atomic.Uint64
+	// The operations other packages borrowed the owner's ring for (Borrow,
+	// uring.Host): borrowed[i] is slot i's operation, nil when free;
+	// borrowFree lists the free slots; borrowN counts those in flight.
+	// Owned by the owner goroutine. borrowDone holds the operations whose
+	// CQE was reaped, with their results, for the owner to complete once
+	// it has let go of waitMu. Protected by waitMu.
+	borrowed   []uring.HostOp
+	borrowFree []uint32
+	borrowN    int
+	borrowDone []borrowedCQE
+	// borrows counts the operations borrowed (for tests and Stats).
+	borrows atomic.Uint64
+	// lending says Borrow may lend the ring: only while the owner runs
+	// code that never waits for I/O (Lend; the borrowed completions),
+	// since a borrowed operation completes only when the owner reaps.
+	// Owned by the owner goroutine.
+	lending bool
 
 	// kick wakes the IssueThread goroutine; nil with IssueSQPoll. Closed
 	// by Close, with waitMu held, after closed is set.
@@ -321,11 +338,25 @@ type Queue struct {
 }
 
 // nopUserData tags the NOPs that Start submits after the REGISTERs and
-// Close submits to wake Wait; wakeUserData the owner's eventfd read.
+// Close submits to wake Wait; wakeUserData the owner's eventfd read;
+// borrowTag, with the slot in the low bits, a borrowed operation.
 const (
 	nopUserData  = ^uint64(0)
 	wakeUserData = ^uint64(1)
+	borrowTag    = uint64(1) << 62
 )
+
+// borrowSlotsPerEntry is how many operations may be borrowed on an owner's
+// ring per ring entry (a READ or WRITE the owner starts may become several
+// device requests); a Borrow beyond them reports false and the operation
+// takes its own ring.
+const borrowSlotsPerEntry = 4
+
+// borrowedCQE is a reaped CQE of a borrowed operation.
+type borrowedCQE struct {
+	op  uring.HostOp
+	res int32
+}
 
 // Start creates one io_uring (SQE128) per queue, registers cfg.Depth
 // entries on each and returns the queues, indexed by queue ID. Once every
@@ -390,8 +421,13 @@ const entStride = 384
 func newQueue(cfg Config, qid, attach int) (*Queue, error) {
 	q := &Queue{qid: qid, fd: cfg.Fd, owner: cfg.Issuer == IssueOwner, wakeFd: -1}
 	// Each entry has at most one command outstanding, Close or Start one
-	// NOP, and an owner queue its wake-up read, so an SQ of Depth+2 and
-	// the default CQ of twice that never fill.
+	// NOP, and an owner queue its wake-up read and its borrowed
+	// operations, so an SQ of Depth+2 (plus the borrow slots) and the
+	// default CQ of twice that never fill.
+	entries := cfg.Depth + 2
+	if q.owner {
+		entries += borrowSlotsPerEntry * cfg.Depth
+	}
 	p := &uring.Params{Flags: uring.SetupSQE128}
 	if cfg.Issuer == IssueSQPoll {
 		p.Flags |= uring.SetupSQPoll
@@ -401,7 +437,7 @@ func newQueue(cfg Config, qid, attach int) (*Queue, error) {
 		p.Flags |= uring.SetupAttachWQ
 		p.WQFd = uint32(attach)
 	}
-	r, err := uring.New(uint32(cfg.Depth+2), p)
+	r, err := uring.New(uint32(entries), p)
 	if err != nil {
 		return nil, fmt.Errorf("fuseuring: queue %d: %w", qid, err)
 	}
@@ -430,6 +466,12 @@ func newQueue(cfg Config, qid, attach int) (*Queue, error) {
 	}
 	q.cqes = make([]uring.CQE, r.CQEntries())
 	if q.owner {
+		n := borrowSlotsPerEntry * cfg.Depth
+		q.borrowed = make([]uring.HostOp, n)
+		q.borrowFree = make([]uint32, n)
+		for i := range q.borrowFree {
+			q.borrowFree[i] = uint32(n - 1 - i)
+		}
 		q.wakeBuf = q.hdrs[cfg.Depth*entStride : cfg.Depth*entStride+8 : cfg.Depth*entStride+8]
 		q.wakeFd, err = unix.Eventfd(0, unix.EFD_CLOEXEC)
 		if err != nil {
@@ -623,6 +665,9 @@ func (q *Queue) own() {
 	case handle = <-q.serveCh:
 	case <-q.closing:
 	}
+	if handle != nil {
+		defer uring.LendThread(q)()
+	}
 	q.serve(handle)
 }
 
@@ -632,6 +677,7 @@ func (q *Queue) own() {
 // After Close it submits what is still published and returns.
 func (q *Queue) serve(handle func([]*Entry)) {
 	var batch []*Entry
+	var completions []borrowedCQE
 	done := func(err error) {
 		if handle != nil {
 			q.serveErr <- err
@@ -650,7 +696,18 @@ func (q *Queue) serve(handle func([]*Entry)) {
 		case q.stopErr != nil && len(batch) == 0:
 			err = q.stopErr
 		}
+		completions = append(completions[:0], q.borrowDone...)
+		clear(q.borrowDone)
+		q.borrowDone = q.borrowDone[:0]
 		q.waitMu.Unlock()
+		// Borrowed operations complete first: their completions commit
+		// replies, which this pass's enter then submits.
+		q.lending = true // a completion must not block (uring.HostOp)
+		for i, c := range completions {
+			c.op.Complete(q, c.res)
+			completions[i] = borrowedCQE{}
+		}
+		q.lending = false
 		if q.rearm && !q.closed.Load() {
 			q.rearm = false
 			q.sqMu.Lock()
@@ -667,11 +724,20 @@ func (q *Queue) serve(handle func([]*Entry)) {
 		if q.closed.Load() {
 			done(ErrClosed)
 			// Close published its NOP after closed was set; no Commit
-			// publishes any more.
+			// publishes any more, and Borrow refuses.
 			if err := q.submitPublished(); err != nil {
 				q.issueErr.CompareAndSwap(nil, &err)
 			}
-			return
+			if q.borrowN == 0 {
+				return
+			}
+			// Borrowed I/O cannot be cancelled: wait for it and
+			// complete it, then end.
+			if _, err := q.ring.Enter(0, 1); err != nil && !transient(err) {
+				q.issueErr.CompareAndSwap(nil, &err)
+				return
+			}
+			continue
 		}
 		// Submit exactly what is published: io_uring_enter returns
 		// without waiting when it finds fewer SQEs than it was asked to
@@ -694,6 +760,48 @@ func (q *Queue) serve(handle func([]*Entry)) {
 		}
 	}
 }
+
+// Borrow implements uring.Host: the owner's ring carries op, submitted by
+// the owner's next io_uring_enter, and op.Complete runs on the owner when
+// its CQE is reaped. It reports false outside the lending window (Lend),
+// when every borrow slot is taken, or when the queue is closing.
+//
+// Preconditions: the caller is the owner goroutine (uring.ThreadHost
+// returned q).
+func (q *Queue) Borrow(op uring.HostOp) bool {
+	if !q.lending || len(q.borrowFree) == 0 || q.closed.Load() {
+		return false
+	}
+	q.sqMu.Lock()
+	sqe := q.ring.GetSQE()
+	if sqe == nil { // cannot happen: the SQ has room for every slot
+		q.sqMu.Unlock()
+		return false
+	}
+	i := q.borrowFree[len(q.borrowFree)-1]
+	q.borrowFree = q.borrowFree[:len(q.borrowFree)-1]
+	q.borrowed[i] = op
+	q.borrowN++
+	op.Prep(sqe)
+	sqe.UserData = borrowTag | uint64(i)
+	q.inflight.Add(1)
+	q.ring.Publish()
+	q.sqMu.Unlock()
+	q.borrows.Add(1)
+	return true
+}
+
+// Lend opens (on) or closes the window in which the owner lends its ring
+// (Borrow). A borrowed operation completes only when the owner reaps it,
+// so the owner must never wait for one: open the window only around code
+// that cannot wait for I/O, such as a non-blocking (NOWAIT) start of a
+// READ or WRITE; never around code that may do synchronous I/O.
+//
+// Preconditions: the caller is the owner goroutine (in Serve's function).
+func (q *Queue) Lend(on bool) { q.lending = on }
+
+// Borrows returns the number of operations borrowed on the queue's ring.
+func (q *Queue) Borrows() uint64 { return q.borrows.Load() }
 
 // Serve serves the queue of an IssueOwner connection: the queue's owner
 // thread calls handle with every batch of requests that arrived, until the
@@ -795,6 +903,14 @@ func (q *Queue) reapLocked(dst []*Entry) []*Entry {
 			}
 			if c.UserData == wakeUserData {
 				q.rearm = true
+				continue
+			}
+			if c.UserData&borrowTag != 0 {
+				i := c.UserData &^ borrowTag
+				q.borrowDone = append(q.borrowDone, borrowedCQE{q.borrowed[i], c.Res})
+				q.borrowed[i] = nil
+				q.borrowFree = append(q.borrowFree, uint32(i))
+				q.borrowN--
 				continue
 			}
 			if c.UserData >= uint64(len(q.ents)) {
