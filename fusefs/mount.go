@@ -157,6 +157,7 @@ func (fs *FS) serverConfig(euid int) (fuseserver.Config, error) {
 		Transport:     o.Transport,
 		URingDepth:    o.URingDepth,
 		URingIssuer:   o.URingIssuer,
+		URingNoLend:   o.URingNoLend,
 		MountFlags:    km.flags,
 		Options:       km.options,
 		AllowOther:    km.allowOther,

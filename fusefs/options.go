@@ -201,6 +201,11 @@ type Options struct {
 	// fuseuring.Issuer). The default value is fuseuring.IssueOwner: one
 	// owner thread per queue, which also serves the quick requests.
 	URingIssuer fuseuring.Issuer
+	// URingNoLend keeps the engine's device I/O off the io_uring queues'
+	// rings (fuseserver.Config.URingNoLend). The default value is false:
+	// an owner thread lends its ring to the device reads and writes of
+	// the READs and WRITEs it starts, when the device is directdev.
+	URingNoLend bool
 	// Debug logs every FUSE request and reply. The default value is false.
 	Debug bool
 	// Logger receives errors, panics and debug output. The default value is

@@ -104,6 +104,12 @@ type Config struct {
 	// fuseuring.Issuer): by default each queue's owner thread, which also
 	// serves the quick requests.
 	URingIssuer fuseuring.Issuer
+	// URingNoLend keeps device I/O off the queues' rings. By default an
+	// owner thread lends its ring to the device reads and writes of the
+	// READs and WRITEs it starts (fuseuring.Queue.Lend, uring.Host), so
+	// that one io_uring_enter submits replies and device I/O together and
+	// the owner reaps both.
+	URingNoLend bool
 	// MaxReaders bounds the goroutines reading /dev/fuse; they are
 	// started as the load needs them.
 	MaxReaders int
@@ -135,6 +141,9 @@ type Stats struct {
 	// URingInline counts the io_uring requests served on their queue's
 	// owner thread, without a hand-off (handler.quick).
 	URingInline uint64
+	// URingBorrowed counts the device I/Os that travelled on the queues'
+	// rings (URingNoLend).
+	URingBorrowed uint64
 	// Interrupts counts INTERRUPTs; InterruptsMatched those that found
 	// their request in flight.
 	Interrupts, InterruptsMatched uint64
@@ -294,6 +303,7 @@ func (s *Server) Stats() Stats {
 		DevFuseRequests:   s.devRequests.Load(),
 		URingRequests:     s.uringRequests.Load(),
 		URingInline:       s.uringInline.Load(),
+		URingBorrowed:     s.uringBorrowed(),
 		Interrupts:        s.interrupts.Load(),
 		InterruptsMatched: s.matched.Load(),
 	}

@@ -188,12 +188,16 @@ func (w *entryWorker) serveOnOwner(e *fuseuring.Entry, alone bool) bool {
 	var res AsyncResult
 	var n int
 	var st fuse.Status
+	// A NOWAIT start never waits for I/O, so the queue's ring may carry
+	// its device I/O (fuseuring.Queue.Lend).
+	w.q.Lend(!w.u.s.cfg.URingNoLend)
 	if op == opRead {
 		rin := in[fuse.ReadIn](r)
 		res, n, st = async.TryRead(rin, r.dataBuf(int(rin.Size)), w.ioDone)
 	} else {
 		res, n, st = async.TryWrite(in[fuse.WriteIn](r), r.payload, w.ioDone)
 	}
+	w.q.Lend(false)
 	switch res {
 	case AsyncDone:
 		w.u.s.uringInline.Add(1)
@@ -267,4 +271,16 @@ func (w *entryWorker) commit(e *fuseuring.Entry) {
 	if err := w.q.Commit(e, n); err != nil && !errors.Is(err, fuseuring.ErrStopped) && !errors.Is(err, fuseuring.ErrClosed) {
 		w.u.s.logger.Printf("fuseserver: answering %s on io_uring: %v", opName(op), err)
 	}
+}
+
+// uringBorrowed sums the device I/Os the queues' rings carried.
+func (s *Server) uringBorrowed() uint64 {
+	if s.uring == nil {
+		return 0
+	}
+	var n uint64
+	for _, q := range s.uring.queues {
+		n += q.Borrows()
+	}
+	return n
 }

@@ -84,6 +84,7 @@ volume; it is removed at unmount (and replaced, if a killed mount left it).`,
 	fl.IntVar(&f.maxBackground, "max-background", fusefs.DefaultMaxBackground, "kernel limit (`N`) on background FUSE requests (readahead, async direct I/O)")
 	fl.StringVar(&f.transport, "transport", "auto", "how FUSE requests travel, the `TRANSPORT`: auto (io_uring when the kernel offers it, /dev/fuse otherwise), devfuse or uring")
 	fl.StringVar(&f.uringIssuer, "uring-issuer", "owner", "with io_uring, the thread that issues ring commands, the `ISSUER`: owner (one thread per queue, which also serves quick requests), sqpoll (the kernel's polling thread) or thread (one submitting thread per queue)")
+	fl.BoolVar(&f.uringLend, "uring-lend", true, "with io_uring and the owner issuer: carry the device reads and writes of the READs and WRITEs an owner thread starts on its queue's ring, one io_uring_enter for both; --uring-lend=false gives the device its own rings")
 	fl.DurationVar(&f.syncInterval, "sync-interval", 5*time.Second, "how often (`DURATION`) the background syncer makes completed writes durable without an fsync")
 	fl.DurationVar(&f.grace, "grace", DefaultGrace, "at SIGINT/SIGTERM, how long to wait (`DURATION`) for open files before aborting the mount")
 	addEtcdFlags(fl, &f.etcd, false)
@@ -103,7 +104,7 @@ type mountFlags struct {
 	policy, cacheSize, metrics, size, cache, transport string
 	uringIssuer                                        string
 	opts                                               optList
-	debug, writeback, strictDIO, standby               bool
+	debug, writeback, strictDIO, standby, uringLend    bool
 	maxBackground                                      int
 	grace, leaseTTL, ioBound, syncInterval             time.Duration
 	etcd                                               etcdFlags
@@ -221,6 +222,7 @@ func runMount(volDir, mnt string, f *mountFlags, stdout io.Writer) error {
 	fopts := &fusefs.Options{
 		Transport:      transport,
 		URingIssuer:    issuer,
+		URingNoLend:    !f.uringLend,
 		Cache:          mode,
 		WritebackCache: f.writeback && mode == fusefs.KernelCache,
 		StrictDirectIO: f.strictDIO,
