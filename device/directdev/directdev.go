@@ -106,6 +106,7 @@ import (
 
 	"github.com/sluicefs/sluice/device"
 	"github.com/sluicefs/sluice/device/internal/lifecycle"
+	"github.com/sluicefs/sluice/internal/sys/uring"
 )
 
 // ErrNoDirectIO is wrapped by the error Open returns when the file system
@@ -449,6 +450,34 @@ func resultOf(r *device.Request, done int, res int32) (newDone int, more bool, e
 	}
 	done += int(res)
 	return done, done < len(r.Buf), nil
+}
+
+// again reports whether a request whose completion resultOf judged (more,
+// err) is submitted again for the rest: a short transfer always (counted
+// in short), an EAGAIN or EINTR up to maxRetries times (counted in
+// *retries).
+func again(more bool, err error, retries *int, short *atomic.Uint64) bool {
+	switch {
+	case !more:
+		return false
+	case err == nil:
+		short.Add(1)
+		return true
+	case *retries < maxRetries:
+		*retries++
+		return true
+	}
+	return false
+}
+
+// prepTransfer fills sqe for what is left of read or write r after its
+// first done bytes.
+func prepTransfer(sqe *uring.SQE, fd int, r *device.Request, done int) {
+	if r.Op == device.OpRead {
+		sqe.PrepRead(fd, r.Buf[done:], uint64(r.Off)+uint64(done))
+	} else {
+		sqe.PrepWrite(fd, r.Buf[done:], uint64(r.Off)+uint64(done))
+	}
 }
 
 // errZeroTransfer is the cause of a request that the kernel completed with

@@ -53,12 +53,7 @@ func (d *Device) submitOnHost(r *device.Request) bool {
 
 // Prep implements uring.HostOp.
 func (op *hostOp) Prep(sqe *uring.SQE) {
-	r := op.r
-	if r.Op == device.OpRead {
-		sqe.PrepRead(op.d.fd, r.Buf[op.done:], uint64(r.Off)+uint64(op.done))
-	} else {
-		sqe.PrepWrite(op.d.fd, r.Buf[op.done:], uint64(r.Off)+uint64(op.done))
-	}
+	prepTransfer(sqe, op.d.fd, op.r, op.done)
 }
 
 // Complete implements uring.HostOp.
@@ -66,12 +61,7 @@ func (op *hostOp) Complete(h uring.Host, res int32) {
 	d, r := op.d, op.r
 	done, more, err := resultOf(r, op.done, res)
 	op.done = done
-	if more && (err == nil || op.retries < maxRetries) {
-		if err == nil {
-			d.nHostShort.Add(1)
-		} else {
-			op.retries++
-		}
+	if again(more, err, &op.retries, &d.nHostShort) {
 		if h.Borrow(op) {
 			return
 		}

@@ -581,13 +581,10 @@ func (o *ringOwner) fillLocked() {
 func (o *ringOwner) prep(sqe *uring.SQE, i uint32) {
 	s := &o.slots[i]
 	r := s.r
-	switch r.Op {
-	case device.OpRead:
-		sqe.PrepRead(o.d.fd, r.Buf[s.done:], uint64(r.Off)+uint64(s.done))
-	case device.OpWrite:
-		sqe.PrepWrite(o.d.fd, r.Buf[s.done:], uint64(r.Off)+uint64(s.done))
-	case device.OpFlush:
+	if r.Op == device.OpFlush {
 		sqe.PrepFsync(o.d.fd, o.fsyncFlags)
+	} else {
+		prepTransfer(sqe, o.d.fd, r, s.done)
 	}
 	sqe.UserData = uint64(i)
 	o.nSQEs.Add(1)
@@ -639,12 +636,7 @@ func (o *ringOwner) completeLocked(c uring.CQE) {
 	r := s.r
 	done, more, err := resultOf(r, s.done, c.Res)
 	s.done = done
-	if more && (err == nil || s.retries < maxRetries) {
-		if err == nil {
-			o.nShort.Add(1)
-		} else {
-			s.retries++
-		}
+	if again(more, err, &s.retries, &o.nShort) {
 		o.retry = append(o.retry, i)
 		return
 	}
