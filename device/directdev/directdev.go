@@ -59,6 +59,12 @@
 //     buffer the kernel is using, and the Go heap does not move objects.
 //   - No partial results. A short read or write is resubmitted for the rest;
 //     a transfer of zero bytes fails the request with EIO.
+//   - Host rings. A read or write submitted on a thread that lends its own
+//     ring (uring.ThreadHost: an io_uring FUSE queue's owner while it
+//     starts a READ or WRITE) travels on that ring, submitted and reaped
+//     by its owner, which calls Done on its thread; flushes, and requests
+//     the host has no room for, take the device's rings. Close waits for
+//     them too (host.go).
 //
 // The Pread backend runs Options.PreadWorkers goroutines that take requests
 // from a bounded queue and issue one pread(2), pwrite(2) or

@@ -142,7 +142,12 @@
 //     keeps armed on its ring; so either the owner's enter submits the
 //     SQE or the eventfd wakes it, and no commit is left behind. The
 //     owner is also the thread whose task work delivers requests, and no
-//     other goroutine ever runs on it. Nothing spins.
+//     other goroutine ever runs on it. Nothing spins. The owner can lend
+//     its ring (uring.Host): inside a window the server opens with Lend
+//     around code that never waits for I/O, Borrow puts another
+//     package's operation (a device read or write) on the ring, the next
+//     enter submits it with the commits, and the owner completes it on
+//     its thread when it reaps the CQE, before it hands on the batch.
 //   - IssueSQPoll: every queue's ring is created with
 //     IORING_SETUP_SQPOLL, all of a connection's rings attached to one SQ
 //     polling kernel thread (IORING_SETUP_ATTACH_WQ), which issues every
@@ -191,16 +196,20 @@
 //   - Entries: an entry returned by Wait belongs to the caller until it
 //     passes it to Commit; the kernel does not touch its buffers meanwhile.
 //     Commit checks that an entry is committed once per arrival.
+//   - Lend, Borrow: the owner goroutine only (Serve's function, or a
+//     borrowed operation's Complete); Borrows: any goroutine.
 //   - Stats: any goroutine.
 //   - Close: any goroutine, once. It wakes a blocked Wait or the owner
 //     (Serve returns ErrClosed), waits for it to return (the owner
-//     submits the last commits and ends), makes later Commits return
-//     ErrClosed, and closes the ring.
+//     submits the last commits, waits for its borrowed operations to
+//     complete, and ends), makes later Commits return ErrClosed, and
+//     closes the ring.
 //
 // Lock order, where nested:
 //
 //	Queue.closeMu (read by Commit, write by Close)
-//	  Queue.sqMu (filling an SQE; the owner's sleeping flag)
+//	  Queue.sqMu (filling an SQE, a Commit's or a Borrow's; the owner's
+//	  sleeping flag)
 //	Queue.waitMu (Wait, the owner's reaping, Close, Start) is never held
 //	with the others.
 package fuseuring
