@@ -98,6 +98,8 @@ func TestHostRing(t *testing.T) {
 		h := &testHost{t: t, ring: ring, ops: map[uint64]uring.HostOp{}, tid: unix.Gettid()}
 		end := uring.LendThread(h)
 		defer end()
+		uring.Window(true)
+		defer uring.Window(false)
 		if uring.ThreadHost() != uring.Host(h) {
 			t.Error("ThreadHost does not name the lending thread's host")
 		}
@@ -178,6 +180,8 @@ func TestCloseWaitsForHosted(t *testing.T) {
 		defer runtime.UnlockOSThread()
 		h := &testHost{t: t, ring: ring, ops: map[uint64]uring.HostOp{}, tid: unix.Gettid()}
 		defer uring.LendThread(h)()
+		uring.Window(true)
+		defer uring.Window(false)
 		done := false
 		r := &device.Request{Op: device.OpRead, Buf: device.AlignedBuf(unit), Done: func(*device.Request, error) { done = true }}
 		if err := d.Submit(r); err != nil {

@@ -702,12 +702,14 @@ func (q *Queue) serve(handle func([]*Entry)) {
 		q.waitMu.Unlock()
 		// Borrowed operations complete first: their completions commit
 		// replies, which this pass's enter then submits.
-		q.lending = true // a completion must not block (uring.HostOp)
-		for i, c := range completions {
-			c.op.Complete(q, c.res)
-			completions[i] = borrowedCQE{}
+		if len(completions) > 0 {
+			q.Lend(true) // a completion must not block (uring.HostOp)
+			for i, c := range completions {
+				c.op.Complete(q, c.res)
+				completions[i] = borrowedCQE{}
+			}
+			q.Lend(false)
 		}
-		q.lending = false
 		if q.rearm && !q.closed.Load() {
 			q.rearm = false
 			q.sqMu.Lock()
@@ -798,7 +800,12 @@ func (q *Queue) Borrow(op uring.HostOp) bool {
 // READ or WRITE; never around code that may do synchronous I/O.
 //
 // Preconditions: the caller is the owner goroutine (in Serve's function).
-func (q *Queue) Lend(on bool) { q.lending = on }
+func (q *Queue) Lend(on bool) {
+	if on != q.lending {
+		q.lending = on
+		uring.Window(on)
+	}
+}
 
 // Borrows returns the number of operations borrowed on the queue's ring.
 func (q *Queue) Borrows() uint64 { return q.borrows.Load() }

@@ -28,6 +28,8 @@ func TestThreadHost(t *testing.T) {
 			defer runtime.UnlockOSThread()
 			h := &fakeHost{id: i}
 			end := LendThread(h)
+			Window(true)
+			defer Window(false)
 			lent.Done()
 			check.Wait() // every thread lends now
 			if got := ThreadHost(); got != Host(h) {
