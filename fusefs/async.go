@@ -73,7 +73,11 @@ func (fs *FS) TryWrite(in *fuse.WriteIn, data []byte, done func(n int, st fuse.S
 		c.free()
 		return fuseserver.AsyncWouldBlock, 0, fuse.OK
 	}
-	return c.result(n, err)
+	res, n, st := c.result(n, err)
+	if res != fuseserver.AsyncWouldBlock {
+		fs.countUnaligned(h, f)
+	}
+	return res, n, st
 }
 
 // asyncCall is one READ or WRITE started by TryRead or TryWrite. It is

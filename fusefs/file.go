@@ -245,11 +245,17 @@ func (fs *FS) writeFile(h *handle, data []byte, off int64) (f *sluice.File, boun
 	if h.direct && fs.opts.StrictDirectIO {
 		return nil, false, syscall.EINVAL
 	}
-	if h.direct && fs.metrics != nil {
-		fs.metrics.unaligned.Inc()
-	}
 	f, err = h.companion(fs.eng)
 	return f, false, err
+}
+
+// countUnaligned counts a WRITE served on h's buffered companion f (see
+// writeFile) in the unaligned O_DIRECT metric, once per WRITE: by the
+// call that serves it.
+func (fs *FS) countUnaligned(h *handle, f *sluice.File) {
+	if f != h.f && h.direct && fs.metrics != nil {
+		fs.metrics.unaligned.Inc()
+	}
 }
 
 // Write answers WRITE. go-fuse places a WRITE's payload at a 4 KiB
@@ -273,6 +279,7 @@ func (fs *FS) Write(cancel <-chan struct{}, in *fuse.WriteIn, data []byte) (uint
 	if err != nil {
 		return 0, fs.toStatus("write", in.NodeId, err)
 	}
+	fs.countUnaligned(h, f)
 	src := data
 	if bounce {
 		src = fs.bounce.get(len(data))
